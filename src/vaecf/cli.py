@@ -1,0 +1,60 @@
+"""The ``vaecf`` entry point: one subcommand per stage.
+
+Each stage lives in ``vaecf.stages.<name>`` and is imported only when run, so ``vaecf
+download`` never pays for importing TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+STAGES = {
+    "download": "Fetch a dataset's raw files (https, s3://, file://) and verify them.",
+    "preprocess": "Convert ratings to implicit feedback and filter users and items.",
+    "split": "Split users into train/val/test and held-out items into fold_in/holdout.",
+    "train": "Train Mult-VAE (alone or under horovodrun/mpirun).",
+    "evaluate": "Recall@20, Recall@50 and NDCG@100 of a model or baseline.",
+    "recommend": "Top-k recommendations from a trained model.",
+    "report": "Write the benchmark report (Markdown, HTML, JSON).",
+    "benchmark": "Measure training speed over a matrix of configurations.",
+    "launch-mpijob": "Run training as a Kubeflow MPIJob and wait for it.",
+    "demo": "Run every stage on this machine on synthetic data.",
+}
+
+
+def stage_module(stage: str) -> str:
+    return "vaecf.stages." + stage.replace("-", "_")
+
+
+def build_parser(stage: str) -> argparse.ArgumentParser:
+    """The real argument parser of ``vaecf <stage>`` (used by tests of compiled pipelines)."""
+    module = importlib.import_module(stage_module(stage))
+    parser: argparse.ArgumentParser = module.build_parser()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: vaecf <stage> [--help] ...\n\nstages:")
+        for name, summary in STAGES.items():
+            print(f"  {name:<14} {summary}")
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        import vaecf
+
+        print(vaecf.__version__)
+        return 0
+    if argv[0] not in STAGES:
+        print(f"vaecf: error: unknown stage '{argv[0]}' (one of: {', '.join(STAGES)})",
+              file=sys.stderr)
+        return 2
+    module = importlib.import_module(stage_module(argv[0]))
+    code: int = module.main(argv[1:])
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Datasets: download, per-dataset readers, implicit conversion and filtering, the split."""

@@ -1,0 +1,128 @@
+"""The split on disk: the contract between ``vaecf split`` and training and evaluation.
+
+A split directory holds, per DESIGN.md section 3:
+
+- ``train.npz``, ``val_fold_in.npz``, ``val_holdout.npz``, ``test_fold_in.npz``,
+  ``test_holdout.npz``: scipy CSR matrices of shape (users in that split, n_items), float32
+  ones. Row r of ``val_fold_in`` and row r of ``val_holdout`` are the same user.
+- the same pairs as Parquet (``train.parquet``, ``val_fold_in.parquet``, ...), columns
+  ``user_idx`` (global, int32) and ``item_idx`` (int32).
+- ``user_index.parquet`` (``user_idx``, ``user_id``, ``split``) and ``item_index.parquet``
+  (``item_idx``, ``item_id``). ``user_idx`` is contiguous: train users first, then val,
+  then test, so row r of a split's matrices is user ``user_offset[split] + r``.
+- ``dataset_manifest.json`` with ``n_items``, ``n_users`` per split and ``user_offset``.
+
+NPZ and Parquet files are written byte-deterministically (fixed zip timestamps), so the same
+data and seed give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+
+from vaecf.errors import VaecfError
+from vaecf.io.manifest import read_manifest
+
+SPLITS = ("train", "val", "test")
+HELDOUT_SPLITS = ("val", "test")
+PARTS = ("fold_in", "holdout")
+MANIFEST_STAGE = "dataset"
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+def matrix_names() -> list[str]:
+    """``train`` and ``{val,test}_{fold_in,holdout}``: the names of the split's matrices."""
+    return ["train"] + [f"{s}_{p}" for s in HELDOUT_SPLITS for p in PARTS]
+
+
+def save_csr(path: Path, matrix: sp.csr_matrix) -> None:
+    """Write ``matrix`` in scipy's ``.npz`` layout with fixed timestamps (byte-deterministic).
+
+    ``scipy.sparse.load_npz`` reads the result.
+    """
+    matrix = sp.csr_matrix(matrix)
+    matrix.sort_indices()
+    arrays = {
+        "indices": matrix.indices,
+        "indptr": matrix.indptr,
+        "format": np.array(b"csr"),
+        "shape": np.array(matrix.shape),
+        "data": matrix.data,
+    }
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for key, array in arrays.items():
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, np.asarray(array), allow_pickle=False)
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, buffer.getvalue())
+
+
+def save_parquet(path: Path, table: pa.Table) -> None:
+    """Write a Parquet file deterministically (no pandas index, fixed options)."""
+    pq.write_table(table, path, compression="zstd", use_dictionary=True,
+                   write_statistics=True, store_schema=True)
+
+
+@dataclass(frozen=True)
+class Split:
+    """A loaded split. Matrices are CSR, float32, shape (users in the split, n_items)."""
+
+    directory: Path
+    manifest: dict[str, Any]
+    train: sp.csr_matrix
+    val_fold_in: sp.csr_matrix
+    val_holdout: sp.csr_matrix
+    test_fold_in: sp.csr_matrix
+    test_holdout: sp.csr_matrix
+    item_ids: np.ndarray  # (n_items,): raw item id of each item_idx
+
+    @property
+    def n_items(self) -> int:
+        return int(self.manifest["n_items"])
+
+    def heldout(self, subset: str) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+        """``(fold_in, holdout)`` of ``subset`` (``val`` or ``test``)."""
+        if subset not in HELDOUT_SPLITS:
+            raise VaecfError(f"unknown subset '{subset}' (one of: {', '.join(HELDOUT_SPLITS)})")
+        fold_in: sp.csr_matrix = getattr(self, f"{subset}_fold_in")
+        holdout: sp.csr_matrix = getattr(self, f"{subset}_holdout")
+        return fold_in, holdout
+
+
+def load_split(directory: Path) -> Split:
+    """Load and verify a split directory (manifest present, checksums and shapes consistent)."""
+    manifest = read_manifest(directory, MANIFEST_STAGE)
+    try:
+        n_items = int(manifest["n_items"])
+        n_users = {s: int(manifest["n_users"][s]) for s in SPLITS}
+    except (KeyError, TypeError, ValueError) as err:
+        raise VaecfError(f"{directory}/dataset_manifest.json: missing field {err}") from err
+    matrices: dict[str, sp.csr_matrix] = {}
+    for name in matrix_names():
+        path = directory / f"{name}.npz"
+        try:
+            matrix = sp.load_npz(path).tocsr().astype(np.float32)
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
+            raise VaecfError(f"{path}: cannot read CSR matrix ({err})") from err
+        expected = (n_users[name.split("_")[0]], n_items)
+        if matrix.shape != expected:
+            raise VaecfError(f"{path}: shape {matrix.shape} does not match the manifest's "
+                             f"{expected}")
+        matrices[name] = matrix
+    items = pq.read_table(directory / "item_index.parquet").to_pandas()
+    if len(items) != n_items or not np.array_equal(items["item_idx"].to_numpy(),
+                                                    np.arange(n_items)):
+        raise VaecfError(f"{directory}/item_index.parquet: does not list item_idx 0..{n_items - 1}")
+    return Split(directory=directory, manifest=manifest, item_ids=items["item_id"].to_numpy(),
+                 **matrices)

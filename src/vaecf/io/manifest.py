@@ -1,0 +1,93 @@
+"""``<stage>_manifest.json``: the contract between stages.
+
+A manifest records inputs, parameters, seed, counts, every output file with its SHA-256 and
+size, library versions, and (under ``run``) wall time. Everything except ``run`` is a pure
+function of the stage's inputs and parameters, so a rerun gives an identical manifest there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import vaecf
+from vaecf.errors import VaecfError
+
+_VERSIONED = ("numpy", "pandas", "pyarrow", "scipy", "tensorflow", "keras", "horovod")
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python, vaecf and the libraries this process has imported."""
+    found = {"python": platform.python_version(), "vaecf": vaecf.__version__}
+    for name in _VERSIONED:
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "__version__"):
+            found[name] = str(module.__version__)
+    return found
+
+
+def manifest_name(stage: str) -> str:
+    return f"{stage}_manifest.json"
+
+
+def write_manifest(directory: Path, stage: str, *, inputs: dict[str, Any],
+                   parameters: dict[str, Any], counts: dict[str, Any],
+                   started: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write ``<stage>_manifest.json`` describing every other file in ``directory``.
+
+    Args:
+      started: ``time.monotonic()`` when the stage started (for the wall time).
+      extra: stage-specific fields that later stages read (e.g. the split's shapes).
+    """
+    name = manifest_name(stage)
+    files = {
+        path.relative_to(directory).as_posix(): {"sha256": sha256_file(path),
+                                                  "bytes": path.stat().st_size}
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and path.name != name
+    }
+    manifest: dict[str, Any] = {
+        "stage": stage,
+        "inputs": inputs,
+        "parameters": parameters,
+        "counts": counts,
+        **(extra or {}),
+        "files": files,
+        "versions": versions(),
+        "run": {"wall_seconds": round(time.monotonic() - started, 3)},
+    }
+    (directory / name).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def read_manifest(directory: Path, stage: str) -> dict[str, Any]:
+    """Read and verify ``<stage>_manifest.json``: every listed file exists with its checksum."""
+    path = directory / manifest_name(stage)
+    if not path.is_file():
+        raise VaecfError(f"{path}: manifest missing (is {directory} the output of "
+                         f"'vaecf {stage}'?)")
+    try:
+        manifest: dict[str, Any] = json.loads(path.read_text())
+        files = manifest["files"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise VaecfError(f"{path}: manifest is not valid ({err})") from err
+    for rel, entry in files.items():
+        file = directory / rel
+        if not file.is_file():
+            raise VaecfError(f"{file}: listed in {path.name} but missing")
+        if sha256_file(file) != entry["sha256"]:
+            raise VaecfError(f"{file}: SHA-256 does not match {path.name}")
+    return manifest

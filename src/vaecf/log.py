@@ -1,0 +1,79 @@
+"""Logging for people and machines: one line per event, progress that suits the terminal.
+
+Only Horovod rank 0 logs; every other rank is silent (``set_quiet``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
+
+_quiet = False
+
+
+def set_quiet(quiet: bool) -> None:
+    """Silence this process (used on Horovod ranks other than 0)."""
+    global _quiet
+    _quiet = quiet
+
+
+def info(message: str) -> None:
+    """Print one line on stdout, flushed, unless this process is quiet."""
+    if not _quiet:
+        print(message, flush=True)
+
+
+class Progress:
+    """Progress of a long task of known (or unknown) size.
+
+    On a terminal it redraws one line in place; elsewhere (CI, Kubernetes logs) it prints a
+    plain line at most every ``interval`` seconds so logs stay readable.
+    """
+
+    def __init__(self, description: str, total: float | None = None, unit: str = "",
+                 interval: float = 5.0) -> None:
+        self.description = description
+        self.total = total
+        self.unit = unit
+        self.done = 0.0
+        self._interval = interval
+        self._tty = sys.stdout.isatty()
+        self._start = time.monotonic()
+        self._last = 0.0
+
+    def update(self, amount: float) -> None:
+        self.done += amount
+        now = time.monotonic()
+        if now - self._last >= (0.2 if self._tty else self._interval):
+            self._last = now
+            self._draw(final=False)
+
+    def close(self) -> None:
+        self._draw(final=True)
+
+    def _draw(self, final: bool) -> None:
+        if _quiet:
+            return
+        elapsed = max(time.monotonic() - self._start, 1e-9)
+        if self.total:
+            text = (f"{self.description}: {self.done:,.0f}/{self.total:,.0f} {self.unit} "
+                    f"({100.0 * self.done / self.total:.0f}%, {elapsed:.1f}s)")
+        else:
+            text = f"{self.description}: {self.done:,.0f} {self.unit} ({elapsed:.1f}s)"
+        if self._tty:
+            print("\r" + text, end="\n" if final else "", flush=True)
+        else:
+            print(text, flush=True)
+
+
+def progress(items: Iterable[T], description: str, total: int | None = None) -> Iterator[T]:
+    """Iterate over ``items`` while reporting progress."""
+    bar = Progress(description, total)
+    for item in items:
+        yield item
+        bar.update(1)
+    bar.close()

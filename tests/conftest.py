@@ -1,0 +1,61 @@
+"""Shared fixtures: a real S3 server on loopback (moto's server mode) and a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1; yields its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture()
+def s3_bucket(s3_server: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+              ) -> str:
+    """A fresh bucket on the loopback S3 server, with the environment pointing at it."""
+    import boto3
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    name = "vaecf-" + request.node.name.lower().replace("_", "-")[:40].strip("-[]")
+    name = "".join(c if c.isalnum() or c == "-" else "-" for c in name)
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture()
+def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+    """Run ``vaecf <argv>`` in process; returns (exit code, stdout, stderr)."""
+    from vaecf.cli import main
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
