@@ -48,6 +48,34 @@ def s3_bucket(s3_server: str, monkeypatch: pytest.MonkeyPatch, request: pytest.F
     return name
 
 
+@pytest.fixture(scope="session")
+def synthetic_split(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """Factory of small split directories made by the real split code from planted data.
+
+    ``synthetic_split(n_users=600, n_items=300, seed=0) -> Path``; the same arguments give the
+    same directory within a session, so tests must treat it as read-only.
+    """
+    from vaecf.data.split import SplitConfig, split_interactions, write_split
+    from vaecf.data.synthetic import generate_ratings
+
+    made: dict[tuple[int, int, int], Path] = {}
+
+    def make(n_users: int = 600, n_items: int = 300, seed: int = 0) -> Path:
+        key = (n_users, n_items, seed)
+        if key not in made:
+            ratings = generate_ratings(n_users, n_items, seed=seed, mean_items=40.0)
+            liked = ratings[ratings["rating"] >= 4.0]  # the MovieLens implicit rule
+            pairs = liked.rename(columns={"userId": "user_id", "movieId": "item_id"})
+            directory = tmp_path_factory.mktemp(f"split-{n_users}-{n_items}-{seed}")
+            result = split_interactions(pairs, SplitConfig(seed=seed))
+            write_split(result, directory, inputs={"synthetic": list(key)}, parameters={},
+                        started=0.0, dataset="synthetic")
+            made[key] = directory
+        return made[key]
+
+    return make
+
+
 @pytest.fixture()
 def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
     """Run ``vaecf <argv>`` in process; returns (exit code, stdout, stderr)."""

@@ -10,8 +10,7 @@ import boto3
 import pytest
 
 from vaecf.errors import VaecfError
-from vaecf.io import open_input, publish, read_manifest, write_manifest
-from vaecf.io import storage
+from vaecf.io import open_input, publish, read_manifest, storage, write_manifest
 
 
 def _write_stage(staging: Path, payload: bytes) -> None:
@@ -37,9 +36,9 @@ def test_s3_round_trip_with_multipart(s3_bucket: str, tmp_path: Path) -> None:
 
 def test_s3_prefix_without_success_is_refused(s3_bucket: str) -> None:
     boto3.client("s3").put_object(Bucket=s3_bucket, Key="half/data.bin", Body=b"123")
-    with pytest.raises(VaecfError, match="no _SUCCESS marker"):
-        with open_input(f"s3://{s3_bucket}/half"):
-            pass
+    with pytest.raises(VaecfError, match="no _SUCCESS marker"), \
+            open_input(f"s3://{s3_bucket}/half"):
+        pass
 
 
 def test_s3_missing_key(s3_bucket: str, tmp_path: Path) -> None:
@@ -58,9 +57,8 @@ def test_s3_republish_removes_stale_objects(s3_bucket: str) -> None:
 
 def test_s3_missing_bucket_fails_before_work(s3_bucket: str) -> None:
     ran = False
-    with pytest.raises(VaecfError, match="no-such-bucket"):
-        with publish("s3://no-such-bucket/x"):
-            ran = True
+    with pytest.raises(VaecfError, match="no-such-bucket"), publish("s3://no-such-bucket/x"):
+        ran = True
     assert not ran
 
 

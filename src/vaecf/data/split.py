@@ -1,0 +1,168 @@
+"""Split implicit interactions into train/val/test users and fold_in/holdout items.
+
+A pure function of (interactions, config): pairs are put in a canonical order first, so the
+order of input rows does not matter, and all randomness comes from ``config.seed``.
+
+Rules (DESIGN.md section 4):
+- users are permuted with the seed; ``mission`` holds out ``val_fraction`` and
+  ``test_fraction`` of them (7% + 7%), ``paper`` a fixed number each (``heldout_users``);
+- the item universe is the items of training users; val/test pairs outside it are dropped,
+  and a held-out user left with no items is dropped (both counted);
+- each held-out user's items are shuffled and ``floor(holdout_fraction * n)`` of them form
+  the holdout, the rest the fold_in (as Liang et al.'s code). A user with fewer than
+  ``1 / holdout_fraction`` items (fewer than 5 at 20%) therefore has an empty holdout: the
+  user stays in the fold_in matrix and evaluation counts it as skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import scipy.sparse as sp
+
+from vaecf.data.splits import HELDOUT_SPLITS, MANIFEST_STAGE, SPLITS, save_csr, save_parquet
+from vaecf.errors import VaecfError
+from vaecf.io.manifest import write_manifest
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """How to split. ``heldout_users`` (users in val and in test) overrides the fractions."""
+
+    seed: int = 98765
+    val_fraction: float = 0.07
+    test_fraction: float = 0.07
+    heldout_users: int | None = None
+    holdout_fraction: float = 0.2
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    """The split in memory. ``users`` has user_id, user_idx, split; ``pairs`` one row per pair
+    with user_idx, item_idx and part (``train``, ``val_fold_in``, ``val_holdout``, ...)."""
+
+    users: pd.DataFrame
+    item_ids: np.ndarray
+    pairs: pd.DataFrame
+    counts: dict[str, Any]
+
+
+def _assign_users(user_ids: np.ndarray, config: SplitConfig) -> np.ndarray:
+    """Split name per user (aligned with sorted ``user_ids``)."""
+    n_users = len(user_ids)
+    if config.heldout_users is not None:
+        n_val = n_test = config.heldout_users
+    else:
+        n_val = round(config.val_fraction * n_users)
+        n_test = round(config.test_fraction * n_users)
+    if n_val + n_test >= n_users or min(n_val, n_test) < 1:
+        raise VaecfError(f"cannot hold out {n_val} val + {n_test} test users of {n_users}: "
+                         "too few users for this split")
+    order = np.random.default_rng(config.seed).permutation(n_users)
+    assignment = np.empty(n_users, dtype=object)
+    assignment[order[:n_val]] = "val"
+    assignment[order[n_val:n_val + n_test]] = "test"
+    assignment[order[n_val + n_test:]] = "train"
+    return assignment
+
+
+def split_interactions(interactions: pd.DataFrame, config: SplitConfig) -> SplitResult:
+    """Split positive (user_id, item_id) pairs; duplicates must already be removed.
+
+    Args:
+      interactions: columns ``user_id`` and ``item_id`` (raw ids), one row per positive pair.
+      config: fractions and seed.
+    """
+    frame = interactions[["user_id", "item_id"]].sort_values(["user_id", "item_id"],
+                                                             ignore_index=True)
+    user_ids, user_pos = np.unique(frame["user_id"].to_numpy(), return_inverse=True)
+    split_of_user = _assign_users(user_ids, config)
+    pair_split = split_of_user[user_pos]
+    item_ids = np.unique(frame["item_id"].to_numpy()[pair_split == "train"])
+    item_idx = np.searchsorted(item_ids, frame["item_id"].to_numpy())
+    in_universe = (item_idx < len(item_ids)) & (
+        item_ids[np.minimum(item_idx, len(item_ids) - 1)] == frame["item_id"].to_numpy())
+    pairs = pd.DataFrame({"user_pos": user_pos, "item_idx": item_idx, "split": pair_split})
+    counts: dict[str, Any] = {"pairs_outside_item_universe": int((~in_universe).sum())}
+    pairs = pairs[in_universe]
+    users = pd.DataFrame({"user_pos": np.arange(len(user_ids)), "user_id": user_ids,
+                          "split": split_of_user})
+    kept = users["user_pos"].isin(np.unique(pairs["user_pos"]))
+    counts["heldout_users_without_items"] = int((~kept).sum())
+    users = users[kept]
+    users = pd.concat([users[users["split"] == s] for s in SPLITS], ignore_index=True)
+    users["user_idx"] = np.arange(len(users), dtype=np.int32)
+    pairs = pairs.merge(users[["user_pos", "user_idx"]], on="user_pos")
+    pairs = pairs.sort_values(["user_idx", "item_idx"], ignore_index=True)
+    pairs["part"] = _parts(pairs, config)
+    for split in HELDOUT_SPLITS:
+        heldout = pairs[pairs["split"] == split]
+        has_holdout = heldout.loc[heldout["part"] == f"{split}_holdout", "user_idx"].unique()
+        counts[f"{split}_users_without_holdout"] = int(
+            (users["split"] == split).sum() - len(has_holdout))
+    return SplitResult(users=users[["user_idx", "user_id", "split"]], item_ids=item_ids,
+                       pairs=pairs[["user_idx", "item_idx", "part"]], counts=counts)
+
+
+def _parts(pairs: pd.DataFrame, config: SplitConfig) -> np.ndarray:
+    """``train``, or ``<split>_fold_in`` / ``<split>_holdout`` per pair, by a seeded shuffle
+    of each held-out user's items (pairs must be sorted by user_idx, item_idx)."""
+    keys = np.random.default_rng([config.seed, 1]).random(len(pairs))
+    users = pairs["user_idx"].to_numpy()
+    order = np.lexsort((keys, users))
+    sorted_users = users[order]
+    starts = np.searchsorted(sorted_users, sorted_users, side="left")
+    sizes = np.searchsorted(sorted_users, sorted_users, side="right") - starts
+    rank = np.arange(len(order)) - starts
+    holdout = np.empty(len(order), dtype=bool)
+    holdout[order] = rank < np.floor(config.holdout_fraction * sizes)
+    split = pairs["split"].to_numpy()
+    part = np.where(holdout, split + "_holdout", split + "_fold_in")
+    return np.where(split == "train", "train", part)
+
+
+def write_split(result: SplitResult, directory: Path, *, inputs: dict[str, Any],
+                parameters: dict[str, Any], started: float,
+                dataset: str | None = None) -> dict[str, Any]:
+    """Write the split files and ``dataset_manifest.json`` into ``directory``.
+
+    Returns:
+      The manifest (also written), with ``n_items``, ``n_users`` and ``user_offset``.
+    """
+    n_items = len(result.item_ids)
+    n_users = {s: int((result.users["split"] == s).sum()) for s in SPLITS}
+    user_offset = {"train": 0, "val": n_users["train"],
+                   "test": n_users["train"] + n_users["val"]}
+    pair_counts: dict[str, int] = {}
+    for part, split in [("train", "train")] + [(f"{s}_{p}", s) for s in HELDOUT_SPLITS
+                                                 for p in ("fold_in", "holdout")]:
+        rows = result.pairs[result.pairs["part"] == part]
+        user_idx = rows["user_idx"].to_numpy(np.int32)
+        item_idx = rows["item_idx"].to_numpy(np.int32)
+        matrix = sp.csr_matrix(
+            (np.ones(len(rows), np.float32), (user_idx - user_offset[split], item_idx)),
+            shape=(n_users[split], n_items))
+        save_csr(directory / f"{part}.npz", matrix)
+        save_parquet(directory / f"{part}.parquet",
+                     pa.table({"user_idx": user_idx, "item_idx": item_idx}))
+        pair_counts[part] = len(rows)
+    save_parquet(directory / "user_index.parquet", pa.Table.from_pandas(
+        result.users, preserve_index=False))
+    save_parquet(directory / "item_index.parquet", pa.table({
+        "item_idx": np.arange(n_items, dtype=np.int32), "item_id": result.item_ids}))
+    return write_manifest(
+        directory, MANIFEST_STAGE, inputs=inputs, parameters=parameters,
+        counts={**result.counts, "pairs": pair_counts, "users": n_users, "items": n_items},
+        started=started,
+        extra={"dataset": dataset, "n_items": n_items, "n_users": n_users,
+               "user_offset": user_offset})
+
+
+def split_config_dict(config: SplitConfig) -> dict[str, Any]:
+    """The configuration as recorded in the manifest."""
+    return asdict(config)

@@ -1,0 +1,96 @@
+"""Synthetic ratings with power-law popularity and planted low-rank taste.
+
+Used by the tests, ``make demo`` and the benchmarks. Each user has a latent taste vector and
+each item a latent profile; a user's items are the top of ``taste . profile + popularity +
+Gumbel noise``, so a model that learns the low-rank structure beats popularity by a wide
+margin, while popularity alone still explains part of the data (as in real catalogues).
+The output has MovieLens' ``ratings.csv`` columns so it exercises the same reader.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from vaecf.log import Progress
+
+RATINGS_COLUMNS = ("userId", "movieId", "rating", "timestamp")
+_CHUNK_USERS = 1024
+# How strongly taste beats popularity: at 3, EASE roughly doubles popularity's NDCG@100.
+_TASTE_SCALE = 3.0
+
+
+def generate_ratings(n_users: int, n_items: int, seed: int, mean_items: float = 146.0,
+                     rank: int = 16, liked_fraction: float = 0.5) -> pd.DataFrame:
+    """Draw a MovieLens-shaped ratings table.
+
+    Args:
+      n_users: users to draw (``userId`` 1..n_users).
+      n_items: catalogue size; ``movieId`` values are sparse and unordered, like MovieLens'.
+      seed: the only source of randomness.
+      mean_items: mean ratings per user (log-normal, at least 5): ML-20M has about 146.
+      rank: dimension of the planted taste space.
+      liked_fraction: share of a user's ratings that are >= 4 stars (the implicit positives);
+        ML-20M has about half.
+
+    Returns:
+      A frame with columns userId, movieId (int64), rating (float64, half stars in
+      0.5..5.0), timestamp (int64), sorted by (userId, movieId).
+    """
+    rng = np.random.default_rng(seed)
+    popularity = np.log(1.0 / np.arange(1, n_items + 1) ** 1.0)  # Zipf, by popularity rank
+    profiles = rng.standard_normal((n_items, rank)).astype(np.float32)
+    tastes = rng.standard_normal((n_users, rank)).astype(np.float32)
+    sizes = np.clip(rng.lognormal(np.log(mean_items) - 0.5, 1.0, n_users), 5, n_items // 2)
+    sizes = sizes.astype(np.int64)
+    movie_ids = rng.choice(np.arange(1, 5 * n_items + 1), size=n_items, replace=False)
+
+    users, items, liked = [], [], []
+    bar = Progress("synthetic ratings", n_users, "users")
+    for start in range(0, n_users, _CHUNK_USERS):
+        stop = min(start + _CHUNK_USERS, n_users)
+        affinity = tastes[start:stop] @ profiles.T * (_TASTE_SCALE / np.sqrt(rank)) + popularity
+        affinity += rng.gumbel(size=affinity.shape).astype(np.float32)
+        order = np.argsort(-affinity, axis=1, kind="stable")
+        for row, size in enumerate(sizes[start:stop]):
+            chosen = order[row, :size]
+            users.append(np.full(size, start + row + 1, dtype=np.int64))
+            items.append(chosen)
+            liked.append(np.arange(size) < max(1, round(liked_fraction * size)))
+        bar.update(stop - start)
+    bar.close()
+    liked_mask = np.concatenate(liked)
+    stars = np.where(liked_mask, rng.integers(8, 11, liked_mask.size),
+                     rng.integers(1, 8, liked_mask.size)) / 2.0
+    frame = pd.DataFrame({
+        "userId": np.concatenate(users),
+        "movieId": movie_ids[np.concatenate(items)].astype(np.int64),
+        "rating": stars,
+        "timestamp": rng.integers(789_652_009, 1_427_784_002, liked_mask.size),
+    })
+    return frame.sort_values(["userId", "movieId"], kind="stable", ignore_index=True)
+
+
+def write_ratings_csv(frame: pd.DataFrame, path: Path) -> None:
+    """Write ``frame`` as MovieLens writes ``ratings.csv`` (header, no quoting, one decimal)."""
+    table = pa.table({
+        "userId": frame["userId"].to_numpy(),
+        "movieId": frame["movieId"].to_numpy(),
+        "rating": _format_ratings(frame["rating"].to_numpy()),
+        "timestamp": frame["timestamp"].to_numpy(),
+    })
+    with pa.OSFile(str(path), "wb") as sink:
+        sink.write((",".join(RATINGS_COLUMNS) + "\n").encode())
+        pacsv.write_csv(table, sink, write_options=pacsv.WriteOptions(
+            include_header=False, quoting_style="none"))
+
+
+def _format_ratings(ratings: np.ndarray) -> pa.Array:
+    """Half-star ratings as ``"4.5"`` strings, vectorised through a lookup table."""
+    halves = np.rint(ratings * 2).astype(np.int64)
+    labels = pa.array([f"{h / 2:.1f}" for h in range(11)])
+    return labels.take(pa.array(halves))
