@@ -1,0 +1,225 @@
+"""Run one MPIJob to completion: create or attach, watch, stream the launcher log, delete.
+
+Everything goes through the official ``kubernetes`` client, and only through the verbs the
+launcher's Role grants (``manifests/rbac.yaml``): mpijobs create/get/list/watch/delete, pods
+get/list/watch, pods/log get.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from vaecf import log
+from vaecf.errors import VaecfError
+
+GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
+LAUNCHER_SELECTOR = ("training.kubeflow.org/job-name={name},"
+                     "training.kubeflow.org/job-role=launcher")
+WATCH_CHUNK_SECONDS = 60
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class Cancelled(BaseException):
+    """SIGTERM or SIGINT arrived (KFP cancels a run with SIGTERM). Not an ``Exception``, so
+    no library ``except Exception`` swallows it on its way to the cleanup."""
+
+
+def api_client() -> Any:
+    """An ``ApiClient``: in-cluster credentials in a pod, else ``$KUBECONFIG``/~/.kube."""
+    from kubernetes import client, config
+
+    try:
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+            return client.ApiClient(configuration)
+        return config.new_client_from_config()
+    except config.ConfigException as err:
+        raise VaecfError(f"no Kubernetes credentials: {err}") from err
+
+
+def current_namespace() -> str:
+    """The pod's own namespace (where KFP runs the step), else ``default``."""
+    if SERVICE_ACCOUNT_NAMESPACE.is_file():
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    return "default"
+
+
+@contextmanager
+def delete_on_cancel(run: MPIJobRun) -> Iterator[None]:
+    """Delete ``run``'s job if this process is told to stop: a cancelled pipeline run must
+    not keep holding GPUs."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Cancelled(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    except Cancelled as stop:
+        run.delete()
+        raise VaecfError(f"{run.ref}: cancelled by {stop}; deleted the job") from None
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def terminal_condition(job: dict[str, Any]) -> tuple[str, str] | None:
+    """``("Succeeded"|"Failed", message)`` once the job has finished, else ``None``."""
+    for condition in job.get("status", {}).get("conditions") or []:
+        if condition.get("type") in ("Succeeded", "Failed") and condition.get("status") == "True":
+            reason = condition.get("reason") or ""
+            message = condition.get("message") or ""
+            return condition["type"], f"{reason}: {message}".strip(": ")
+    return None
+
+
+class MPIJobRun:
+    """One MPIJob in one namespace, seen through an ``ApiClient``."""
+
+    def __init__(self, api_client: Any, namespace: str, name: str) -> None:
+        from kubernetes import client
+
+        self.namespace = namespace
+        self.name = name
+        self._custom = client.CustomObjectsApi(api_client)
+        self._core = client.CoreV1Api(api_client)
+        self._streamed: set[str] = set()
+        self._log_thread: threading.Thread | None = None
+
+    @property
+    def ref(self) -> str:
+        return f"mpijob {self.namespace}/{self.name}"
+
+    def exists(self) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL,
+                                                      self.name)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise VaecfError(f"{self.ref}: get failed: HTTP {err.status} {err.reason}") from err
+        return True
+
+    def create_or_attach(self, body: dict[str, Any]) -> bool:
+        """Create the job; if it exists already (a retried step), attach to it.
+
+        Returns:
+          True if this call created the job, False if it attached to an existing one.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace,
+                                                         PLURAL, body)
+        except ApiException as err:
+            if err.status != 409:
+                raise VaecfError(f"{self.ref}: create failed: HTTP {err.status} "
+                                 f"{err.reason}") from err
+            log.info(f"{self.ref} already exists: attaching to it")
+            return False
+        log.info(f"created {self.ref}")
+        return True
+
+    def delete(self) -> None:
+        """Delete the job and, in the foreground, its pods (frees the GPUs)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._custom.delete_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, self.name,
+                propagation_policy="Foreground")
+            log.info(f"deleted {self.ref}")
+        except ApiException as err:
+            if err.status != 404:
+                raise VaecfError(f"{self.ref}: delete failed: HTTP {err.status}") from err
+
+    def wait(self, timeout: float) -> str:
+        """Watch the job until it finishes; stream the launcher's log meanwhile.
+
+        Returns:
+          The terminal condition's message of a Succeeded job.
+
+        Raises:
+          VaecfError: the job failed, or did not finish within ``timeout`` seconds (then
+            it is deleted so it stops holding GPUs).
+        """
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import ProtocolError
+
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            stream = watch.Watch().stream(
+                self._custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace,
+                PLURAL, field_selector=f"metadata.name={self.name}",
+                timeout_seconds=max(1, int(min(remaining, WATCH_CHUNK_SECONDS))))
+            try:
+                for event in stream:
+                    finished = terminal_condition(event["object"])
+                    self._follow_launcher_log()
+                    if finished is not None:
+                        return self._finish(*finished)
+            except (ApiException, ProtocolError) as err:  # 410 Gone, dropped connection
+                log.info(f"{self.ref}: watch interrupted ({err}); watching again")
+            job = self._custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace,
+                                                            PLURAL, self.name)
+            if (finished := terminal_condition(job)) is not None:
+                return self._finish(*finished)
+        self.delete()
+        raise VaecfError(f"{self.ref} did not finish within {timeout:g} s (deleted it)")
+
+    def _finish(self, state: str, message: str) -> str:
+        self._follow_launcher_log(wait=True)
+        log.info(f"{self.ref} {state}" + (f" ({message})" if message else ""))
+        if state != "Succeeded":
+            raise VaecfError(f"{self.ref} failed: {message or 'no message'}; see the "
+                             "launcher log above")
+        return message
+
+    def _follow_launcher_log(self, wait: bool = False) -> None:
+        """Stream each launcher pod's log once; with ``wait``, to its end, in this thread."""
+        if self._log_thread is not None and self._log_thread.is_alive():
+            if wait:
+                self._log_thread.join()
+            return
+        pods = self._core.list_namespaced_pod(
+            self.namespace, label_selector=LAUNCHER_SELECTOR.format(name=self.name)).items
+        ready = [p.metadata.name for p in pods
+                 if p.status and p.status.phase in ("Running", "Succeeded", "Failed")
+                 and p.metadata.name not in self._streamed]
+        if not ready:
+            return
+        self._streamed.add(ready[0])
+        self._log_thread = threading.Thread(target=self._stream_log, args=(ready[0],),
+                                            daemon=True)
+        self._log_thread.start()
+        if wait:
+            self._log_thread.join()
+
+    def _stream_log(self, pod: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = self._core.read_namespaced_pod_log(
+                pod, self.namespace, follow=True, _preload_content=False)
+            pending = b""
+            for chunk in response.stream(4096):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    log.info(line.decode("utf-8", "replace"))
+            if pending:
+                log.info(pending.decode("utf-8", "replace"))
+        except (ApiException, OSError) as err:  # the log is a convenience, never fatal
+            log.info(f"(log of pod {pod} unavailable: {err})")

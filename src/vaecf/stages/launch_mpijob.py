@@ -1,0 +1,107 @@
+"""``vaecf launch-mpijob``: the pipeline's train step, which runs ``vaecf train`` as an MPIJob.
+
+Order matters: every input is checked before the job exists (a bad input must not be retried
+on GPUs), the split is staged to object storage where the MPIJob's pods can read it, the job is
+created (or re-attached after a KFP retry) and watched, and the model the job wrote to object
+storage is verified and published at ``--output`` (the KFP Model artifact).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+from vaecf import log
+from vaecf.errors import VaecfError
+from vaecf.io import open_input, publish, read_manifest, storage
+from vaecf.k8s import mpijob, render
+from vaecf.stages import new_parser, run_stage
+
+STAGE = "launch-mpijob"
+SPLIT_STAGE = "dataset"  # the split directory's manifest (vaecf.data.splits.MANIFEST_STAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = new_parser(STAGE, __doc__.splitlines()[0])
+    parser.add_argument("--split", required=True, help="split directory or s3:// prefix")
+    parser.add_argument("--output", required=True,
+                        help="where the trained model directory is published (dir or s3://)")
+    parser.add_argument("--store", required=True,
+                        help="s3:// prefix the MPIJob reads and writes (<store>/<job>/...)")
+    parser.add_argument("--run-id", required=True,
+                        help="pipeline run id; the job name is derived from it")
+    parser.add_argument("--image", required=True, help="train image of launcher and workers")
+    parser.add_argument("--namespace", help="default: this pod's namespace, else 'default'")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--gpus-per-worker", type=int, default=1)
+    parser.add_argument("--slots-per-worker", type=int,
+                        help="Horovod ranks per worker (default: GPUs per worker, at least 1)")
+    parser.add_argument("--epochs", type=int, default=100)
+    parser.add_argument("--batch-size", type=int, default=1000, help="global batch")
+    parser.add_argument("--precision", choices=render.PRECISIONS, default="mixed_float16")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--xla", action="store_true")
+    parser.add_argument("--secret-name", default="vaecf-s3",
+                        help="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                             "AWS_ENDPOINT_URL for the MPIJob's pods")
+    parser.add_argument("--template", type=Path, default=None,
+                        help="MPIJob template (default: $VAECF_MPIJOB_TEMPLATE or "
+                             "manifests/mpijob.yaml)")
+    parser.add_argument("--timeout", type=float, default=48 * 3600,
+                        help="seconds before the job is deleted and the step fails")
+    return parser
+
+
+def params_from_args(args: argparse.Namespace) -> render.MPIJobParams:
+    name = render.job_name(args.run_id)
+    store = args.store.rstrip("/")
+    if not storage.is_s3(store):
+        raise VaecfError(f"--store {args.store!r}: expected an s3:// prefix")
+    return render.MPIJobParams(
+        name=name, namespace=args.namespace or mpijob.current_namespace(), run_id=args.run_id,
+        image=args.image,
+        split_uri=args.split if storage.is_s3(args.split) else f"{store}/{name}/split",
+        model_uri=f"{store}/{name}/model", checkpoint_uri=f"{store}/{name}/checkpoints",
+        workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+        slots_per_worker=args.slots_per_worker or max(1, args.gpus_per_worker),
+        epochs=args.epochs, batch_size=args.batch_size, precision=args.precision,
+        seed=args.seed, xla=args.xla, secret_name=args.secret_name)
+
+
+def check_split(split: str) -> None:
+    """The split must be a complete ``vaecf split`` output before any GPU is asked for."""
+    if storage.is_s3(split):
+        keys = set(storage.list_keys(split))
+        missing = {storage.SUCCESS_MARKER, f"{SPLIT_STAGE}_manifest.json"} - keys
+        if missing:
+            raise VaecfError(f"--split {split}: missing {', '.join(sorted(missing))} "
+                             "(not a published 'vaecf split' output)")
+        return
+    with open_input(split) as local:
+        read_manifest(local, SPLIT_STAGE)
+
+
+def launch(args: argparse.Namespace) -> None:
+    params = params_from_args(args)
+    job = render.render(render.load_template(args.template or render.default_template()),
+                        params)
+    check_split(args.split)
+    storage.check_bucket(params.model_uri)
+    with publish(args.output) as staging:
+        run = mpijob.MPIJobRun(mpijob.api_client(), params.namespace, params.name)
+        with mpijob.delete_on_cancel(run):
+            if not storage.is_s3(args.split) and not run.exists():
+                log.info(f"staging the split at {params.split_uri}")
+                storage.upload_dir(Path(args.split), params.split_uri)
+            run.create_or_attach(job)
+            run.wait(args.timeout)
+        with open_input(params.model_uri) as model:
+            manifest = read_manifest(model, "train")
+            shutil.copytree(model, staging, dirs_exist_ok=True)
+        log.info(f"model of {run.ref} (best epoch {manifest.get('best_epoch')}) "
+                 f"published at {args.output}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage(STAGE, build_parser(), argv, launch)
