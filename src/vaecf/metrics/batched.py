@@ -1,0 +1,106 @@
+"""Recall@K and NDCG@K in TensorFlow, one chunk of users at a time (GPU-ready, runs on CPU).
+
+Same definitions and tie rule as ``vaecf.metrics.reference`` (formulas there). Per chunk of B
+users, on the device that holds the scores:
+
+1. fold-in items are set to -inf (``tensor_scatter_nd_update`` from the chunk's sparse
+   indices, so no dense fold-in matrix is ever built on the host);
+2. ``tf.math.top_k`` with the largest K needed, once (it puts equal scores in item_idx order,
+   the reference's tie rule); a ranked position holding -inf is a fold-in item, i.e. "no
+   item" (scores must be finite, which is checked);
+3. hits are looked up in the chunk's holdout, and the per-user metrics are computed in
+   float64 (the ranking tensors are only (B, K), so float64 costs nothing and keeps the
+   result within 1e-12 of the reference).
+
+Memory is O(B x n_items) for the scores, the masked scores and the holdout lookup, never
+users x items. Only (B,) metric values and optionally (B, K) top items come back to the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import tensorflow as tf
+
+
+def sparse_indices(matrix: sp.csr_matrix) -> np.ndarray:
+    """int64 (nnz, 2) (row, item_idx) coordinates of the stored entries of ``matrix``."""
+    rows = np.repeat(np.arange(matrix.shape[0], dtype=np.int64), np.diff(matrix.indptr))
+    return np.stack([rows, matrix.indices.astype(np.int64)], axis=1)
+
+
+class ChunkMetrics:
+    """Per-user metrics of one chunk of users, as a compiled TensorFlow function.
+
+    Args:
+      n_items: number of items (columns of the scores).
+      metrics: (key, "recall" | "ndcg", K) triples.
+      top_k: also return this many top items per user (for an export), or None.
+    """
+
+    def __init__(self, n_items: int, metrics: Sequence[tuple[str, str, int]],
+                 top_k: int | None = None) -> None:
+        self.n_items = n_items
+        self.metrics = tuple(metrics)
+        largest = max([k for _, _, k in self.metrics] + [top_k or 1])
+        self.k = min(largest, n_items)
+        self.top_k = None if top_k is None else min(top_k, n_items)
+        self._fn = tf.function(self._compute, reduce_retracing=True, input_signature=[
+            tf.TensorSpec([None, n_items], tf.float32),
+            tf.TensorSpec([None, 2], tf.int64),
+            tf.TensorSpec([None, 2], tf.int64),
+        ])
+
+    def __call__(self, scores: Any, fold_in: sp.csr_matrix, holdout: sp.csr_matrix
+                 ) -> dict[str, np.ndarray]:
+        """Metrics of one chunk.
+
+        Args:
+          scores: float32 (B, n_items) tensor or array, unmasked.
+          fold_in, holdout: CSR (B, n_items); every holdout row non-empty.
+
+        Returns:
+          ``{key: float64 (B,)}``, ``"finite"``: bool scalar, and with ``top_k`` set
+          ``"top_items"``: int32 (B, top_k) item_idx (-1 for "no item") and
+          ``"top_scores"``: float32 (B, top_k).
+        """
+        out = self._fn(tf.convert_to_tensor(scores, dtype=tf.float32),
+                       tf.constant(sparse_indices(fold_in)),
+                       tf.constant(sparse_indices(holdout)))
+        return {key: value.numpy() for key, value in out.items()}
+
+    def _compute(self, scores: tf.Tensor, fold_idx: tf.Tensor, hold_idx: tf.Tensor
+                 ) -> dict[str, tf.Tensor]:
+        users = tf.shape(scores, out_type=tf.int64)[0]
+        finite = tf.reduce_all(tf.math.is_finite(scores))
+        minus_inf = tf.fill(tf.shape(fold_idx)[:1], tf.constant(-np.inf, tf.float32))
+        masked = tf.tensor_scatter_nd_update(scores, fold_idx, minus_inf)
+        top_scores, top_items = tf.math.top_k(masked, k=self.k, sorted=True)
+        ranked = top_scores > -np.inf
+        relevant = tf.scatter_nd(hold_idx, tf.ones(tf.shape(hold_idx)[:1], tf.float64),
+                                 tf.stack([users, tf.constant(self.n_items, tf.int64)]))
+        relevant = tf.minimum(relevant, 1.0)  # duplicate coordinates count once
+        hits = tf.gather(relevant, top_items, batch_dims=1) * tf.cast(ranked, tf.float64)
+        n_holdout = tf.reduce_sum(relevant, axis=1)
+        out = {key: self._metric(kind, k, hits, n_holdout) for key, kind, k in self.metrics}
+        out["finite"] = finite
+        if self.top_k is not None:
+            out["top_items"] = tf.where(ranked[:, :self.top_k], top_items[:, :self.top_k], -1)
+            out["top_scores"] = top_scores[:, :self.top_k]
+        return out
+
+    def _metric(self, kind: str, k: int, hits: tf.Tensor, n_holdout: tf.Tensor) -> tf.Tensor:
+        """(B,) values of one metric from (B, self.k) float64 hits (formulas: reference)."""
+        denominator = tf.minimum(tf.constant(float(k), tf.float64), n_holdout)
+        if kind == "recall":
+            return tf.reduce_sum(hits[:, :k], axis=1) / denominator
+        if kind == "ndcg":
+            discount = 1.0 / np.log2(np.arange(2, k + 2, dtype=np.float64))
+            dcg = tf.reduce_sum(hits[:, :k] * discount[:min(k, self.k)], axis=1)
+            idcg = tf.gather(tf.constant(np.cumsum(discount)),
+                             tf.cast(denominator, tf.int64) - 1)
+            return dcg / idcg
+        raise ValueError(f"unknown metric kind '{kind}' (recall or ndcg)")

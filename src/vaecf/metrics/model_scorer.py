@@ -1,0 +1,66 @@
+"""``score_batch`` of a trained model: the ``score`` signature of its SavedModel.
+
+The model directory is the output of ``vaecf train`` (contracts): ``saved_model/`` with a
+``score(row_splits, item_idx) -> {"scores": float32 [B, n_items]}`` signature taking the users'
+fold-in items as ragged rows (``row_splits`` int64 [B + 1], ``item_idx`` int64 [nnz]), and
+``train_manifest.json`` with the model's ``n_items``. A CSR chunk is already in that form:
+``indptr`` is the row splits and ``indices`` the item_idx, so no dense input is ever built.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from vaecf.errors import VaecfError
+from vaecf.io import read_manifest
+
+SIGNATURE = "score"
+
+
+def model_items(model_dir: Path) -> int:
+    """The ``n_items`` the model was trained on, from its verified ``train_manifest.json``."""
+    manifest = read_manifest(model_dir, "train")
+    value = manifest.get("n_items", manifest.get("counts", {}).get("n_items"))
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise VaecfError(f"{model_dir}/train_manifest.json: no integer 'n_items' "
+                         f"(got {value!r})")
+    return value
+
+
+class SavedModelScorer:
+    """Scores users with a trained model's SavedModel.
+
+    Args:
+      model_dir: a local ``vaecf train`` output directory.
+      n_items: the split's item count; a model trained on another item count is refused.
+    """
+
+    def __init__(self, model_dir: Path, n_items: int) -> None:
+        trained = model_items(model_dir)
+        if trained != n_items:
+            raise VaecfError(f"{model_dir}: the model was trained on {trained} items but the "
+                             f"split has {n_items} (evaluate it on the split it was trained on)")
+        import tensorflow as tf
+
+        path = model_dir / "saved_model"
+        try:
+            self._model = tf.saved_model.load(str(path))
+        except (OSError, ValueError, tf.errors.OpError) as err:
+            raise VaecfError(f"{path}: cannot load the SavedModel ({err})") from err
+        if SIGNATURE not in self._model.signatures:
+            raise VaecfError(f"{path}: no '{SIGNATURE}' signature (has: "
+                             f"{', '.join(self._model.signatures) or 'none'})")
+        self._score = self._model.signatures[SIGNATURE]
+        self.n_items = n_items
+
+    def __call__(self, rows: sp.csr_matrix) -> Any:
+        """float32 tf.Tensor (B, n_items): the model's unmasked scores of these users."""
+        import tensorflow as tf
+
+        out = self._score(row_splits=tf.constant(rows.indptr.astype(np.int64)),
+                          item_idx=tf.constant(rows.indices.astype(np.int64)))
+        return out["scores"]

@@ -1,0 +1,169 @@
+"""``vaecf evaluate``: Recall@20, Recall@50 and NDCG@100 of a trained model or a baseline.
+
+Reads a split (``vaecf split``) and a model (``vaecf train`` output, or ``popularity`` /
+``ease``), evaluates the ``--subset`` users through ``vaecf.metrics.evaluate`` (batched
+TensorFlow, on GPU when there is one) and publishes ``metrics.json``, optionally
+``top_k.parquet`` (``--export-top-k``), and ``evaluate_manifest.json``. Everything but
+``users_per_second`` in ``metrics.json`` is a pure function of the inputs and flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from vaecf.baselines import BASELINES, DEFAULT_LAMBDA, Ease, Popularity
+from vaecf.data.splits import HELDOUT_SPLITS, Split, load_split, save_parquet
+from vaecf.errors import VaecfError
+from vaecf.io import open_input, publish, write_manifest
+from vaecf.log import info
+from vaecf.metrics import Evaluation, TopK, evaluate
+from vaecf.metrics.evaluation import ScoreBatch
+from vaecf.metrics.model_scorer import SavedModelScorer
+from vaecf.stages import new_parser, run_stage
+
+STAGE = "evaluate"
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """Validated flags of ``vaecf evaluate``."""
+
+    split: str
+    model: str
+    output: str
+    subset: str
+    batch_users: int
+    export_top_k: int | None
+    baselines: tuple[str, ...]
+    ease_lambda: float
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = new_parser(STAGE, "Recall@20, Recall@50 and NDCG@100 (with standard errors) of "
+                                  "a trained model or a baseline on a split's test or val users.")
+    parser.add_argument("--split", required=True, help="split directory or s3:// prefix")
+    parser.add_argument("--model", required=True,
+                        help="a 'vaecf train' output (directory or s3:// prefix), or a "
+                             "baseline: popularity, ease")
+    parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
+    parser.add_argument("--subset", default="test", help="held-out users: test or val")
+    parser.add_argument("--batch-users", type=int, default=1024,
+                        help="users scored and ranked at once (bounds memory)")
+    parser.add_argument("--export-top-k", type=int, default=None, metavar="K",
+                        help="also write top_k.parquet with the K best items per user")
+    parser.add_argument("--baselines", nargs="*", default=[], metavar="NAME",
+                        help="also evaluate these baselines (popularity, ease) for context")
+    parser.add_argument("--ease-lambda", type=float, default=DEFAULT_LAMBDA,
+                        help="L2 weight of EASE (Steck 2019 uses 500 on ML-20M)")
+    return parser
+
+
+def make_config(args: argparse.Namespace) -> EvaluateConfig:
+    """Check the flags before any work or output (one-line errors)."""
+    if args.subset not in HELDOUT_SPLITS:
+        raise VaecfError(f"--subset: unknown subset '{args.subset}' (one of: "
+                         f"{', '.join(HELDOUT_SPLITS)})")
+    if args.batch_users < 1:
+        raise VaecfError(f"--batch-users must be >= 1, got {args.batch_users}")
+    if args.export_top_k is not None and args.export_top_k < 1:
+        raise VaecfError(f"--export-top-k must be >= 1, got {args.export_top_k}")
+    unknown = [name for name in args.baselines if name not in BASELINES]
+    if unknown:
+        raise VaecfError(f"--baselines: unknown baseline '{unknown[0]}' (one of: "
+                         f"{', '.join(BASELINES)})")
+    if not args.ease_lambda > 0:
+        raise VaecfError(f"--ease-lambda must be > 0, got {args.ease_lambda}")
+    return EvaluateConfig(split=args.split, model=args.model, output=args.output,
+                          subset=args.subset, batch_users=args.batch_users,
+                          export_top_k=args.export_top_k,
+                          baselines=tuple(dict.fromkeys(args.baselines)),
+                          ease_lambda=args.ease_lambda)
+
+
+def run(config: EvaluateConfig) -> dict[str, object]:
+    """Evaluate and publish; returns the content of ``metrics.json``."""
+    started = time.monotonic()
+    with ExitStack() as stack:
+        output = stack.enter_context(publish(config.output))
+        split = load_split(stack.enter_context(open_input(config.split)))
+        fold_in, holdout = split.heldout(config.subset)
+        results: dict[str, Evaluation] = {}
+        for name in (config.model, *config.baselines):
+            if name not in results:
+                info(f"evaluate: {name} on {fold_in.shape[0]:,} {config.subset} users")
+                scorer = _scorer(name, split, config, stack)
+                top_k = config.export_top_k if name == config.model else None
+                results[name] = evaluate(scorer, fold_in, holdout,
+                                         batch_users=config.batch_users, top_k=top_k)
+        main = results[config.model]
+        metrics = _metrics_json(config, split, main, results)
+        (output / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True)
+                                             + "\n")
+        if main.top_k is not None:
+            save_parquet(output / "top_k.parquet", _top_k_table(split, config.subset, main.top_k))
+        write_manifest(output, STAGE, inputs={"split": config.split, "model": config.model},
+                       parameters=asdict(config) | {"baselines": list(config.baselines)},
+                       counts={"users_evaluated": main.users_evaluated,
+                               "users_skipped": main.users_skipped, "n_items": split.n_items},
+                       started=started)
+    info(f"evaluate: ndcg_at_100 {main.metrics['ndcg_at_100'].mean:.4f} over "
+         f"{main.users_evaluated:,} users ({main.users_per_second:,.0f} users/s)")
+    return metrics
+
+
+def _scorer(name: str, split: Split, config: EvaluateConfig, stack: ExitStack) -> ScoreBatch:
+    if name == "popularity":
+        return Popularity(split.train)
+    if name == "ease":
+        return Ease(split.train, config.ease_lambda)
+    model_dir = stack.enter_context(open_input(name))
+    return SavedModelScorer(model_dir, split.n_items)
+
+
+def _metrics_json(config: EvaluateConfig, split: Split, main: Evaluation,
+                  results: dict[str, Evaluation]) -> dict[str, object]:
+    metrics: dict[str, object] = {"subset": config.subset, "model": config.model,
+                                  **main.summary(),
+                                  "users_per_second": round(main.users_per_second, 1),
+                                  "device": main.device, "n_items": split.n_items}
+    if config.baselines:
+        metrics["baselines"] = {name: results[name].summary() for name in config.baselines}
+    return metrics
+
+
+def _top_k_table(split: Split, subset: str, top: TopK) -> pa.Table:
+    """One row per (evaluated user, rank): user_idx, user_id, rank, item_idx, item_id, score."""
+    offset = int(split.manifest["user_offset"][subset])
+    users = pq.read_table(split.directory / "user_index.parquet",
+                          columns=["user_idx", "user_id"]).to_pandas()
+    user_ids = users.set_index("user_idx")["user_id"]
+    rows, ranks = np.nonzero(top.item_idx >= 0)
+    user_idx = (offset + top.users[rows]).astype(np.int32)
+    missing = np.setdiff1d(user_idx, user_ids.index.to_numpy())
+    if missing.size:
+        raise VaecfError(f"{split.directory}/user_index.parquet: no user_idx {missing[0]}")
+    items = top.item_idx[rows, ranks]
+    return pa.table({
+        "user_idx": pa.array(user_idx, pa.int32()),
+        "user_id": pa.array(user_ids.loc[user_idx].to_numpy()),
+        "rank": pa.array(ranks + 1, pa.int32()),
+        "item_idx": pa.array(items, pa.int32()),
+        "item_id": pa.array(split.item_ids[items]),
+        "score": pa.array(top.scores[rows, ranks], pa.float32()),
+    })
+
+
+def _body(args: argparse.Namespace) -> None:
+    run(make_config(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage(STAGE, build_parser(), argv, _body)
