@@ -1,0 +1,176 @@
+"""``vaecf report``: numbers equal the inputs, partial inputs render, the HTML is
+self-contained and renders in headless Chromium, malformed inputs are named."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vaecf.report.benchstats import summarize
+
+PAGE_LINKS = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
+
+
+def _metric(mean: float, stderr: float) -> dict[str, float]:
+    return {"mean": mean, "stderr": stderr}
+
+
+def write_inputs(root: Path) -> dict[str, Path]:
+    """A train log, metrics with baselines and a benchmark, shaped as the stages write them."""
+    log = []
+    for epoch in range(1, 5):
+        entry = {"epoch": epoch, "step": 7 * epoch, "loss": 812.5 - 40.25 * epoch,
+                 "nll": 800.0 - 41.0 * epoch, "kl": 20.0 + epoch, "beta": 0.05 * epoch,
+                 "epoch_seconds": 10.0 + epoch, "users_per_second": 1500.0 + 10 * epoch,
+                 "input_seconds": 0.5, "input_share": 0.5 / (10.0 + epoch),
+                 "skipped_steps": 0, "loss_scale": None, "precision": "mixed_bfloat16",
+                 "world_size": 2, "batch_size": 512}
+        if epoch % 2 == 0:
+            entry["val"] = {"recall_at_20": 0.2, "recall_at_50": 0.3,
+                            "ndcg_at_100": 0.25 + 0.01 * epoch}
+        log.append(entry)
+    paths = {"log": root / "train_log.jsonl", "metrics": root / "metrics.json",
+             "benchmark": root / "benchmark.json"}
+    paths["log"].write_text("".join(json.dumps(e) + "\n" for e in log))
+    paths["metrics"].write_text(json.dumps({
+        "subset": "test", "model": "trained", "recall_at_20": _metric(0.38712, 0.00213),
+        "recall_at_50": _metric(0.52388, 0.00201), "ndcg_at_100": _metric(0.41234, 0.00188),
+        "users_evaluated": 9990, "users_skipped": 10, "users_per_second": 5000.0,
+        "device": "cpu", "n_items": 20108,
+        "baselines": {"popularity": {"recall_at_20": _metric(0.16, 0.002),
+                                     "recall_at_50": _metric(0.25, 0.002),
+                                     "ndcg_at_100": _metric(0.2, 0.002)},
+                      "ease": {"recall_at_20": _metric(0.391, 0.002),
+                               "recall_at_50": _metric(0.521, 0.002),
+                               "ndcg_at_100": _metric(0.4187, 0.002)}}}))
+    runs = [{"precision": p, "world_size": w, "batch_size": 512, "status": "ok",
+             "users_per_second": u, "steps_per_second": u / 512, "epoch_seconds": 9.0,
+             "input_share": 0.05, "time_to_target_seconds": None, "bound_fraction": 0.125}
+            for p, w, u in [("fp32", 1, 1000.0), ("fp32", 1, 1100.0),
+                            ("mixed_bfloat16", 1, 1700.0), ("fp32", 2, 1800.0)]]
+    paths["benchmark"].write_text(json.dumps({
+        "runs": runs, "configs": summarize(runs), "target_ndcg": None,
+        "work": {"steps": 20, "epochs": None, "warmup_epochs": 1, "repeats": 2},
+        "compute_bound": {"flops_per_user": 3.6e7, "formula": "3 * forward",
+                          "matmul_flops_per_second": {"fp32": 1.0e11}},
+        "fingerprint": {"cpu_model": "Test CPU", "cpu_cores": 2, "gpu_count": 0}}))
+    return paths
+
+
+def test_numbers_in_the_report_equal_the_inputs(cli, tmp_path: Path, synthetic_split) -> None:
+    paths = write_inputs(tmp_path)
+    out = tmp_path / "report"
+    code, _, err = cli("report", "--output", out, "--train-log", paths["log"], "--metrics",
+                       paths["metrics"], "--benchmark", paths["benchmark"], "--manifests",
+                       synthetic_split())
+    assert code == 0, err
+    data = json.loads((out / "report.json").read_text())
+    markdown, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert data["accuracy"]["metrics"]["ndcg_at_100"]["mean"] == 0.41234
+    assert data["accuracy"]["baselines"]["ease"]["ndcg_at_100"]["mean"] == 0.4187
+    assert [e["loss"] for e in data["training"]["epochs"]] == [772.25, 732.0, 691.75, 651.5]
+    assert data["training"]["best"] == {"epoch": 4, "ndcg_at_100": 0.29, "seconds": 50.0}
+    # medians: fp32 x1 = 1050, bf16 x1 = 1700 -> 1.62x; fp32 x2 = 1800 -> 1.71x, 85.7%
+    assert data["speed"]["precision_speedups"][0]["speedup"] == pytest.approx(1700 / 1050)
+    manifest = json.loads((synthetic_split() / "dataset_manifest.json").read_text())
+    train_pairs = f"{manifest['counts']['pairs']['train']:,}"
+    for text in ("0.4123", "0.0019", "0.3871", "0.5239", "0.4187", "0.2000", "9,990",
+                 "772.2500", "651.5000", "0.2900", "1,050.0", "1.62x", "1.71x", "85.7%",
+                 "12.5%", "Test CPU", "synthetic, not ML-20M", train_pairs):
+        assert text in markdown, text
+        assert text in page, text
+    assert markdown.index("## Verdict") < markdown.index("## Accuracy")
+    assert (out / "report_manifest.json").is_file()
+
+
+def test_a_report_with_only_some_inputs_renders(cli, tmp_path: Path) -> None:
+    paths = write_inputs(tmp_path)
+    code, _, err = cli("report", "--output", tmp_path / "only-log", "--train-log", paths["log"])
+    assert code == 0, err
+    data = json.loads((tmp_path / "only-log" / "report.json").read_text())
+    assert {"training", "verdict"} <= set(data) and "accuracy" not in data
+    markdown = (tmp_path / "only-log" / "report.md").read_text()
+    assert "## Training curves" in markdown and "## Accuracy" not in markdown
+    assert "## Speed" not in markdown
+    code, _, err = cli("report", "--output", tmp_path / "only-bench", "--benchmark",
+                       paths["benchmark"])
+    assert code == 0, err
+    assert "## Speed" in (tmp_path / "only-bench" / "report.md").read_text()
+
+
+def test_rerun_gives_identical_files(cli, tmp_path: Path) -> None:
+    paths = write_inputs(tmp_path)
+    args = ["--train-log", paths["log"], "--metrics", paths["metrics"], "--benchmark",
+            paths["benchmark"]]
+    assert cli("report", "--output", tmp_path / "a", *args)[0] == 0
+    assert cli("report", "--output", tmp_path / "b", *args)[0] == 0
+    for name in ("report.md", "report.html", "report.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_html_is_self_contained_and_renders_in_chromium(cli, tmp_path: Path) -> None:
+    from matplotlib.image import imread
+
+    paths = write_inputs(tmp_path)
+    out = tmp_path / "report"
+    assert cli("report", "--output", out, "--train-log", paths["log"], "--metrics",
+               paths["metrics"], "--benchmark", paths["benchmark"])[0] == 0
+    page = (out / "report.html").read_text()
+    assert not PAGE_LINKS.search(page)
+    assert page.count('src="data:image/png;base64,') >= 3  # curves, throughput, scaling
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is required (.ci/run installs it)"
+    shot = tmp_path / "shot.png"
+    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                    "--no-first-run", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
+                    "--window-size=1200,2000", (out / "report.html").as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    pixels = imread(shot)
+    assert pixels.shape[:2] == (2000, 1200)
+    assert pixels[..., :3].std() > 0.05  # a blank page has none
+    assert (pixels[..., :3].mean(axis=2) < 0.5).mean() > 0.01  # some dark text and lines
+
+
+def test_malformed_input_is_named_and_nothing_is_written(cli, tmp_path: Path) -> None:
+    paths = write_inputs(tmp_path)
+    paths["metrics"].write_text('{"recall_at_20": ')
+    out = tmp_path / "report"
+    code, _, err = cli("report", "--output", out, "--train-log", paths["log"], "--metrics",
+                       paths["metrics"])
+    assert code == 1
+    assert err.count("\n") == 1 and err.startswith("vaecf report: error: ")
+    assert f"{paths['metrics']}: not valid JSON" in err
+    assert not out.exists()
+
+
+def test_a_tampered_manifest_directory_is_refused(cli, tmp_path: Path, synthetic_split) -> None:
+    copy = tmp_path / "split"
+    shutil.copytree(synthetic_split(), copy)
+    (copy / "train.npz").write_bytes(b"changed")
+    code, _, err = cli("report", "--output", tmp_path / "r", "--manifests", copy)
+    assert code == 1 and "train.npz: SHA-256 does not match" in err
+
+
+def test_no_input_is_an_error(cli, tmp_path: Path) -> None:
+    code, _, err = cli("report", "--output", tmp_path / "r")
+    assert code == 1 and "nothing to report" in err
+
+
+def test_inputs_and_output_on_s3(cli, tmp_path: Path, s3_bucket: str) -> None:
+    import boto3
+
+    paths = write_inputs(tmp_path)
+    s3 = boto3.client("s3")
+    s3.upload_file(str(paths["metrics"]), s3_bucket, "run/metrics.json")
+    code, _, err = cli("report", "--output", f"s3://{s3_bucket}/run/report", "--metrics",
+                       f"s3://{s3_bucket}/run/metrics.json")
+    assert code == 0, err
+    body = s3.get_object(Bucket=s3_bucket, Key="run/report/report.json")["Body"].read()
+    assert json.loads(body)["accuracy"]["metrics"]["recall_at_20"]["mean"] == 0.38712

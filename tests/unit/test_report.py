@@ -1,0 +1,139 @@
+"""Report library: benchmark arithmetic, accuracy verdict, formatting, input checks.
+
+Expectations are computed by hand in the comments.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vaecf.errors import VaecfError
+from vaecf.report import accuracy, benchstats, speed
+from vaecf.report.document import Section, Table, fmt, fmt_count, to_html, to_markdown
+from vaecf.report.inputs import read_benchmark, read_metrics, read_train_log
+
+LOG = [
+    {"epoch": 1, "step": 10, "epoch_seconds": 5.0, "users_per_second": 100.0,
+     "input_seconds": 1.0},
+    {"epoch": 2, "step": 20, "epoch_seconds": 2.0, "users_per_second": 500.0,
+     "input_seconds": 0.5},
+    {"epoch": 3, "step": 30, "epoch_seconds": 3.0, "users_per_second": 400.0,
+     "input_seconds": 0.25, "val": {"ndcg_at_100": 0.3}},
+]
+
+
+def test_run_stats_excludes_the_warmup_epoch() -> None:
+    stats = benchstats.run_stats(LOG, warmup_epochs=1, target_ndcg=0.3)
+    # measured: 2 s + 3 s = 5 s; users 500*2 + 400*3 = 2200; steps 30 - 10 = 20
+    assert stats["users_per_second"] == pytest.approx(440.0)
+    assert stats["steps_per_second"] == pytest.approx(4.0)
+    assert stats["epoch_seconds"] == pytest.approx(2.5)
+    assert stats["input_share"] == pytest.approx(0.15)  # (0.5 + 0.25) / 5
+    assert stats["train_seconds"] == pytest.approx(10.0)
+    assert stats["time_to_target_seconds"] == pytest.approx(10.0)  # warm-up counts
+    assert benchstats.run_stats(LOG, 1, target_ndcg=0.31)["time_to_target_seconds"] is None
+
+
+def test_run_stats_needs_an_epoch_after_the_warmup() -> None:
+    with pytest.raises(ValueError, match="warm-up"):
+        benchstats.run_stats(LOG[:1], warmup_epochs=1)
+
+
+def test_flops_per_user_follows_the_documented_formula() -> None:
+    # 2*50*600 + 2*600*400 + 2*200*600 + 2*600*1000 = 1,980,000 forward; x3
+    assert benchstats.flops_per_user(1000, 600, 200, 50.0) == pytest.approx(5_940_000.0)
+
+
+def _run(precision: str, world_size: int, users: float, status: str = "ok") -> dict:
+    return {"precision": precision, "world_size": world_size, "batch_size": 500,
+            "status": status, "users_per_second": users, "steps_per_second": users / 500,
+            "epoch_seconds": 1.0, "input_share": 0.1, "time_to_target_seconds": None,
+            "bound_fraction": 0.5}
+
+
+def test_summarize_gives_min_and_median_of_successful_repeats() -> None:
+    runs = [_run("fp32", 1, 10.0), _run("fp32", 1, 30.0), _run("fp32", 1, 99.0, "failed")]
+    (config,) = benchstats.summarize(runs)
+    assert (config["repeats"], config["runs_ok"]) == (3, 2)
+    assert config["users_per_second"] == {"min": 10.0, "median": 20.0}
+    assert config["time_to_target_seconds"] is None
+
+
+def test_speedups_and_scaling_use_medians() -> None:
+    configs = benchstats.summarize([_run("fp32", 1, 100.0), _run("mixed_bfloat16", 1, 150.0),
+                                    _run("fp32", 2, 160.0)])
+    (mixed,) = speed.precision_speedups(configs)
+    assert mixed["speedup"] == pytest.approx(1.5)
+    two = [s for s in speed.scaling(configs) if s["world_size"] == 2]
+    assert two[0]["speedup"] == pytest.approx(1.6)
+    assert two[0]["efficiency"] == pytest.approx(0.8)
+    reference = {"configs": benchstats.summarize([_run("fp32", 1, 80.0)])}
+    (versus,) = speed.versus_reference(configs, reference)
+    assert versus["ratio"] == pytest.approx(1.25)
+
+
+def _metrics(ndcg: float, stderr: float) -> dict:
+    m = {"mean": 0.3, "stderr": 0.001}
+    return {"recall_at_20": m, "recall_at_50": m, "ndcg_at_100": {"mean": ndcg,
+                                                                  "stderr": stderr}}
+
+
+def test_accuracy_verdict_against_paper_and_baselines() -> None:
+    metrics = _metrics(0.41, 0.002) | {"baselines": {"ease": _metrics(0.413, 0.002),
+                                                     "popularity": _metrics(0.2, 0.002)}}
+    acc = accuracy.analyse(metrics, {"dataset": {"dataset": "ml-20m"}})
+    assert acc["comparable_to_paper"]
+    lines = accuracy.verdict(acc)
+    # 0.41 / 0.426 = 96.2%: close; 0.41 + 2 * 0.002 < 0.426
+    assert lines[0].startswith("Accuracy is close to the paper") and "96.2%" in lines[0]
+    # |0.41 - 0.413| = 0.003 < 2 * sqrt(2) * 0.002 = 0.0057: noise
+    assert "within noise of the ease baseline" in lines[1]
+    assert "beats the popularity baseline" in lines[2] and "+0.2100" in lines[2]
+
+
+def test_accuracy_on_other_data_is_indicative_only() -> None:
+    acc = accuracy.analyse(_metrics(0.43, 0.001), {"dataset": {"dataset": "synthetic"}})
+    assert not acc["comparable_to_paper"]
+    assert "matches or beats the paper" in accuracy.verdict(acc)[0]
+    assert "synthetic, not ML-20M" in acc["note"] and "indicative only" in acc["note"]
+    mission = accuracy.comparability("ml-20m", "mission")
+    assert not mission[0] and "indicative only" in mission[1]
+
+
+def test_formatting() -> None:
+    assert fmt(0.41234) == "0.4123"
+    assert fmt(1234.56, 1) == "1,234.6"
+    assert fmt(None) == "-"
+    assert fmt_count(136677) == "136,677"
+
+
+def test_markdown_and_html_show_the_same_cells() -> None:
+    sections = [Section("S", ["a <b> & c", ["item"], Table(["k", "v"], [["x|y", "1.5"]])])]
+    markdown = to_markdown("T", sections)
+    assert "| x\\|y | 1.5 |" in markdown and "- item" in markdown
+    page = to_html("T", sections)
+    assert "a &lt;b&gt; &amp; c" in page and '<td>x|y</td><td class="num">1.5</td>' in page
+
+
+def test_malformed_inputs_name_the_file_and_line(tmp_path: Path) -> None:
+    log = tmp_path / "train_log.jsonl"
+    log.write_text(json.dumps({"epoch": 1, "loss": 1.0, "kl": 0.1, "beta": 0.0,
+                               "epoch_seconds": 1.0, "users_per_second": 5.0}) + "\n{oops\n")
+    with pytest.raises(VaecfError, match=r"train_log.jsonl: line 2: not valid JSON"):
+        read_train_log(str(log))
+    log.write_text(json.dumps({"epoch": 1, "loss": "nan?"}) + "\n")
+    with pytest.raises(VaecfError, match=r"line 1: missing or non-numeric loss, kl"):
+        read_train_log(str(log))
+    metrics = tmp_path / "metrics.json"
+    metrics.write_text(json.dumps(_metrics(0.4, 0.1) | {"baselines": {"ease": {}}}))
+    with pytest.raises(VaecfError, match=r"metrics.json: baselines.ease: 'recall_at_20'"):
+        read_metrics(str(metrics))
+    bench = tmp_path / "benchmark.json"
+    bench.write_text(json.dumps({"runs": [], "configs": [{"precision": "fp32"}]}))
+    with pytest.raises(VaecfError, match=r"benchmark.json: configs\[0\] needs"):
+        read_benchmark(str(bench))
+    with pytest.raises(VaecfError, match=r"absent.json: input file does not exist"):
+        read_metrics(str(tmp_path / "absent.json"))
