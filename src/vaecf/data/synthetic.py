@@ -55,7 +55,10 @@ def generate_ratings(n_users: int, n_items: int, seed: int, mean_items: float = 
         stop = min(start + _CHUNK_USERS, n_users)
         affinity = tastes[start:stop] @ profiles.T * (_TASTE_SCALE / np.sqrt(rank)) + popularity
         affinity += rng.gumbel(size=affinity.shape).astype(np.float32)
-        order = np.argsort(-affinity, axis=1, kind="stable")
+        top = int(sizes[start:stop].max())
+        candidates = np.argpartition(-affinity, top - 1, axis=1)[:, :top]
+        ranks = np.argsort(-np.take_along_axis(affinity, candidates, 1), axis=1, kind="stable")
+        order = np.take_along_axis(candidates, ranks, 1)
         for row, size in enumerate(sizes[start:stop]):
             chosen = order[row, :size]
             users.append(np.full(size, start + row + 1, dtype=np.int64))
