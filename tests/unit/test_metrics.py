@@ -1,0 +1,187 @@
+"""Recall@K and NDCG@K: hand-computed cases, a brute-force cross-check, and TF == numpy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from vaecf.errors import VaecfError
+from vaecf.metrics import evaluate, mean_stderr, ndcg_at_k, rank_top_k, recall_at_k
+from vaecf.metrics.reference import METRICS, metrics_from_ranking
+
+LOG2_3 = math.log2(3)
+
+
+def csr(rows: list[list[int]], n_items: int) -> sp.csr_matrix:
+    """A binary CSR matrix whose row u holds the items ``rows[u]``."""
+    dense = np.zeros((len(rows), n_items), dtype=np.float32)
+    for user, items in enumerate(rows):
+        dense[user, items] = 1.0
+    return sp.csr_matrix(dense)
+
+
+def one_user(scores: list[float], fold_in: list[int], holdout: list[int], k: int
+             ) -> tuple[float, float]:
+    n = len(scores)
+    args = (np.array([scores], dtype=np.float32), csr([fold_in], n), csr([holdout], n), k)
+    return float(recall_at_k(*args)[0]), float(ndcg_at_k(*args)[0])
+
+
+def test_ties_rank_the_lower_item_idx_first() -> None:
+    # Items 1, 2, 4 tie at 3.0, so the ranking is 1, 2, 4, 3, 0: holdout item 2 is 2nd.
+    assert one_user([1, 3, 3, 2, 3], [], [2], 1) == (0.0, 0.0)
+    recall, ndcg = one_user([1, 3, 3, 2, 3], [], [2], 2)
+    assert recall == 1.0
+    assert ndcg == pytest.approx(1 / LOG2_3, abs=1e-12)
+    assert rank_top_k(np.array([[1, 3, 3, 2, 3]]), csr([[]], 5), 5).tolist() == [[1, 2, 4, 3, 0]]
+
+
+def test_fold_in_items_are_excluded_from_the_ranking() -> None:
+    # Ranking without fold-in {0, 1}: 2, 3, 4; holdout {2, 4} -> hits at ranks 1 and 3.
+    recall, ndcg = one_user([5, 4, 3, 2, 1], [0, 1], [2, 4], 2)
+    assert recall == 0.5
+    assert ndcg == pytest.approx(1 / (1 + 1 / LOG2_3), abs=1e-12)
+
+
+def test_k_larger_than_the_item_count() -> None:
+    # K = 10 > 5 items: the ranking 2, 3, 4 is all there is; the denominators use min(K, |H|).
+    recall, ndcg = one_user([5, 4, 3, 2, 1], [0, 1], [2, 4], 10)
+    assert recall == 1.0
+    assert ndcg == pytest.approx((1 + 1 / 2) / (1 + 1 / LOG2_3), abs=1e-12)
+    assert rank_top_k(np.array([[5, 4, 3, 2, 1]]), csr([[0, 1]], 5), 10).tolist() == [
+        [2, 3, 4, -1, -1]]
+
+
+def test_one_holdout_item() -> None:
+    assert one_user([3, 2, 1, 0], [], [2], 2) == (0.0, 0.0)
+    assert one_user([3, 2, 1, 0], [], [2], 3) == (1.0, 0.5)  # 1 / log2(3 + 1)
+
+
+def test_all_hits_and_no_hits() -> None:
+    assert one_user([3, 2, 1, 0], [], [0, 1], 2) == (1.0, 1.0)
+    assert one_user([3, 2, 1, 0], [], [2, 3], 2) == (0.0, 0.0)
+
+
+def test_holdout_larger_than_k_is_normalised_by_k() -> None:
+    # Ranking 2, 0, 1, 3 and |H| = 3 > K = 2: two hits out of min(2, 3).
+    assert one_user([1, 0.5, 2, 0], [], [0, 1, 2], 2) == (1.0, 1.0)
+
+
+def test_empty_holdout_is_refused_by_the_reference() -> None:
+    with pytest.raises(ValueError, match="non-empty holdout"):
+        one_user([1, 2], [], [], 1)
+
+
+def test_mean_stderr_uses_the_population_std() -> None:
+    assert mean_stderr(np.array([1.0, 0.0])) == (0.5, 0.5 / math.sqrt(2))
+    assert mean_stderr(np.array([0.25])) == (0.25, 0.0)
+
+
+def brute_force(scores: np.ndarray, fold_in: set[int], holdout: set[int], k: int
+                ) -> tuple[float, float]:
+    """Recall@K and NDCG@K of one user, straight from the definitions."""
+    candidates = [i for i in range(len(scores)) if i not in fold_in]
+    ranking = sorted(candidates, key=lambda i: (-scores[i], i))[:k]
+    hits = [1.0 if item in holdout else 0.0 for item in ranking]
+    dcg = sum(hit / math.log2(rank + 2) for rank, hit in enumerate(hits))
+    idcg = sum(1 / math.log2(rank + 2) for rank in range(min(k, len(holdout))))
+    return sum(hits) / min(k, len(holdout)), dcg / idcg
+
+
+def random_case(rng: np.random.Generator, users: int, n_items: int
+                ) -> tuple[np.ndarray, sp.csr_matrix, sp.csr_matrix]:
+    """Integer scores (many ties), disjoint fold-in and holdout, every holdout non-empty."""
+    scores = rng.integers(0, 6, (users, n_items)).astype(np.float32)
+    draw = rng.random((users, n_items))
+    fold_in = draw < 0.3
+    holdout = (draw > 0.85) | (np.arange(n_items) == rng.integers(0, n_items, (users, 1)))
+    holdout &= ~fold_in
+    holdout[~holdout.any(axis=1), -1] = True
+    fold_in[:, -1] &= ~holdout[:, -1]
+    return scores, sp.csr_matrix(fold_in.astype(np.float32)), sp.csr_matrix(
+        holdout.astype(np.float32))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("k", [1, 3, 20, 100])
+def test_reference_equals_brute_force(seed: int, k: int) -> None:
+    rng = np.random.default_rng(seed)
+    scores, fold_in, holdout = random_case(rng, 30, 40)
+    recall = recall_at_k(scores, fold_in, holdout, k)
+    ndcg = ndcg_at_k(scores, fold_in, holdout, k)
+    for user in range(30):
+        expected = brute_force(scores[user], set(fold_in[user].indices),
+                               set(holdout[user].indices), k)
+        assert (recall[user], ndcg[user]) == pytest.approx(expected, abs=1e-12)
+
+
+def test_evaluate_excludes_and_counts_users_with_empty_holdout() -> None:
+    # User 0: holdout item 0 ranked 1st; user 1: empty holdout (skipped, not averaged);
+    # user 2: holdout item 3 ranked 4th of 4. Recall@20 = 1 for both, NDCG@100 1 and 1/log2(5).
+    scores = np.array([[4, 3, 2, 1]] * 3, dtype=np.float32)
+    fold_in, holdout = csr([[], [0], []], 4), csr([[0], [], [3]], 4)
+    result = evaluate(lambda rows: scores[: rows.shape[0]], fold_in, holdout, batch_users=2)
+    assert (result.users_evaluated, result.users_skipped) == (2, 1)
+    assert result.metrics["recall_at_20"].mean == 1.0
+    ndcg = [1.0, 1 / math.log2(5)]
+    assert result.metrics["ndcg_at_100"].mean == pytest.approx(np.mean(ndcg), abs=1e-12)
+    assert result.metrics["ndcg_at_100"].stderr == pytest.approx(np.std(ndcg) / math.sqrt(2))
+    summary = result.summary()
+    assert set(summary) == {"recall_at_20", "recall_at_50", "ndcg_at_100", "users_evaluated",
+                            "users_skipped"}
+    assert summary["ndcg_at_100"] == {"mean": result.metrics["ndcg_at_100"].mean,
+                                      "stderr": result.metrics["ndcg_at_100"].stderr}
+
+
+def test_evaluate_refuses_bad_scorers_and_inputs() -> None:
+    fold_in, holdout = csr([[0], [1]], 3), csr([[1], [2]], 3)
+    with pytest.raises(VaecfError, match="shape"):
+        evaluate(lambda rows: np.zeros((rows.shape[0], 2), np.float32), fold_in, holdout)
+    with pytest.raises(VaecfError, match="NaN or infinite"):
+        evaluate(lambda rows: np.full((rows.shape[0], 3), np.nan, np.float32), fold_in, holdout)
+    with pytest.raises(VaecfError, match="nothing to evaluate"):
+        evaluate(lambda rows: np.zeros((rows.shape[0], 3)), fold_in, csr([[], []], 3))
+    with pytest.raises(VaecfError, match="batch_users"):
+        evaluate(lambda rows: np.zeros((rows.shape[0], 3)), fold_in, holdout, batch_users=0)
+
+
+@pytest.mark.parametrize("engine", ["tensorflow", "numpy"])
+def test_every_user_is_evaluated_including_the_last_partial_chunk(engine: str) -> None:
+    rng = np.random.default_rng(7)
+    _, fold_in, holdout = random_case(rng, 50, 130)
+    weights = rng.normal(size=(130, 130)).astype(np.float32)
+    seen: list[int] = []
+
+    def score_batch(rows: sp.csr_matrix) -> np.ndarray:
+        seen.append(rows.shape[0])
+        return np.asarray(rows @ weights, dtype=np.float32)
+
+    result = evaluate(score_batch, fold_in, holdout, batch_users=7, engine=engine, top_k=5)
+    assert seen == [7] * 7 + [1]
+    whole = metrics_from_ranking(rank_top_k(fold_in @ weights, fold_in, 100), holdout)
+    for key, _, _ in METRICS:
+        assert result.metrics[key].mean == pytest.approx(whole[key].mean(), abs=1e-6)
+        assert result.metrics[key].stderr == pytest.approx(mean_stderr(whole[key])[1], abs=1e-6)
+    assert result.top_k is not None and result.top_k.item_idx.shape == (50, 5)
+    assert not np.take_along_axis(fold_in.toarray(), result.top_k.item_idx, axis=1).any()
+
+
+@pytest.mark.parametrize(("seed", "n_items"), [(0, 40), (1, 40), (2, 250)])
+def test_tensorflow_chunk_equals_the_reference_per_user(seed: int, n_items: int) -> None:
+    from vaecf.metrics.batched import ChunkMetrics
+
+    rng = np.random.default_rng(seed)
+    _, fold_in, holdout = random_case(rng, 23, n_items)
+    # Half the users get continuous scores, half integer scores full of ties.
+    scores = rng.normal(size=(23, n_items)).astype(np.float32)
+    scores[::2] = np.round(scores[::2])
+    out = ChunkMetrics(n_items, METRICS, top_k=120)(scores, fold_in, holdout)
+    top = rank_top_k(scores, fold_in, 120)
+    expected = metrics_from_ranking(top, holdout)
+    for key, _, _ in METRICS:
+        np.testing.assert_allclose(out[key], expected[key], rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(out["top_items"], top)
+    assert out["top_items"].shape == (23, min(120, n_items))
