@@ -1,0 +1,92 @@
+"""The hardware and software a measurement was taken on, and the device's matmul rate.
+
+A speed number means nothing without the machine it came from: every benchmark records the
+CPU model and cores, GPUs, library versions and the load average (this machine may be shared),
+and the measured dense matmul rate that the compute bound is built on.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+# Dense matmul dtype per training precision (the policy's compute dtype).
+MATMUL_DTYPES = {"fp32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The ``model name`` of the first CPU in ``/proc/cpuinfo`` (None if not Linux)."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def gpus() -> list[str]:
+    """Names of the GPUs TensorFlow sees (empty on a CPU build or CPU machine)."""
+    import tensorflow as tf
+
+    names = []
+    for device in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(device)
+        names.append(str(details.get("device_name", device.name)))
+    return names
+
+
+def fingerprint() -> dict[str, Any]:
+    """CPU, GPUs, library versions (TF, Keras, Horovod, CUDA/cuDNN as TF was built) and load."""
+    import tensorflow as tf
+
+    build = tf.sysconfig.get_build_info()
+    names = gpus()
+    return {
+        "cpu_model": cpu_model(), "cpu_cores": os.cpu_count(),
+        "cpu_cores_usable": len(os.sched_getaffinity(0)),
+        "gpu_count": len(names), "gpu_names": names, "platform": platform.platform(),
+        "python": platform.python_version(), "tensorflow": tf.__version__,
+        "keras": _version("keras"), "horovod": _version("horovod"),
+        "cuda": build.get("cuda_version"), "cudnn": build.get("cudnn_version"),
+        "load_average": fingerprint_load(),
+    }
+
+
+def fingerprint_load() -> list[float]:
+    """1, 5 and 15 minute load averages: a busy shared host explains a slow run."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def matmul_rate(precision: str, size: int = 2048, seconds: float = 1.5) -> float:
+    """Measured FLOP/s of a square dense matmul in the precision's compute dtype.
+
+    Runs one untimed warm-up product, then repeats until ``seconds`` have passed; a
+    ``size``-square product costs ``2 * size**3`` FLOPs. On a GPU machine this runs on the
+    first GPU, else on the CPU with all its threads.
+    """
+    import tensorflow as tf
+
+    dtype = getattr(tf, MATMUL_DTYPES[precision])
+    a = tf.random.stateless_normal((size, size), seed=(1, 2), dtype=tf.float32)
+    a = tf.cast(a, dtype)
+    b = tf.cast(tf.transpose(a), dtype)
+    product = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y)[0, :1],
+                                                             tf.float32)))
+    float(product(a, b))
+    start, count = time.perf_counter(), 0
+    while count == 0 or time.perf_counter() - start < seconds:
+        float(product(a, b))  # pulls the result back, so the product has finished
+        count += 1
+    return 2.0 * size ** 3 * count / (time.perf_counter() - start)

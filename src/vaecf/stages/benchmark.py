@@ -1,0 +1,86 @@
+"""``vaecf benchmark``: training speed over precisions x world sizes x batch sizes.
+
+Writes ``benchmark.json`` (fingerprint, split shape, compute bound, every run, min and median
+per configuration), each run's console output and train log under ``runs/``, and
+``benchmark_manifest.json``. ``vaecf report --benchmark`` turns it into the speed section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from vaecf import log
+from vaecf.errors import VaecfError
+from vaecf.io import publish, write_manifest
+from vaecf.stages import new_parser, run_stage
+
+STAGE = "benchmark"
+PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
+# ML-20M after the paper's filtering: 136,677 users x 20,108 items.
+ML20M_USERS, ML20M_ITEMS = 136_677, 20_108
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = new_parser(STAGE, "Measure 'vaecf train' speed over a matrix of configurations "
+                               "(world sizes > 1 through horovodrun --gloo on this host).")
+    parser.add_argument("--split", help="split directory or s3:// prefix (default: generate "
+                                        "an ML-20M-shaped synthetic split)")
+    parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
+    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS,
+                        default=["fp32", "mixed_bfloat16"])
+    parser.add_argument("--world-sizes", nargs="+", type=_positive, default=[1, 2])
+    parser.add_argument("--batch-sizes", nargs="+", type=_positive, default=[500],
+                        help="global batch sizes (users per step, all ranks together)")
+    work = parser.add_mutually_exclusive_group()
+    work.add_argument("--steps", type=_positive, default=None,
+                      help="measured steps per run (default 50), after a warm-up epoch of "
+                           "as many steps")
+    work.add_argument("--epochs", type=_positive, default=None,
+                      help="measured full epochs per run, after one warm-up epoch")
+    parser.add_argument("--repeats", type=_positive, default=1,
+                        help="runs per configuration; min and median are reported")
+    parser.add_argument("--target-ndcg", type=float, default=None,
+                        help="also time each run to this validation NDCG@100 (validates "
+                             "every epoch; use with --epochs)")
+    parser.add_argument("--synthetic-users", type=_positive, default=ML20M_USERS)
+    parser.add_argument("--synthetic-items", type=_positive, default=ML20M_ITEMS)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    def body(args: argparse.Namespace) -> None:
+        from vaecf.train.benchmark import BenchmarkConfig, run_benchmark
+
+        started = time.monotonic()
+        config = BenchmarkConfig(
+            split=args.split, precisions=tuple(args.precisions),
+            world_sizes=tuple(args.world_sizes), batch_sizes=tuple(args.batch_sizes),
+            steps=None if args.epochs else (args.steps or 50), epochs=args.epochs,
+            repeats=args.repeats, target_ndcg=args.target_ndcg,
+            synthetic_users=args.synthetic_users, synthetic_items=args.synthetic_items,
+            seed=args.seed)
+        with publish(args.output) as staging:
+            result = run_benchmark(config, staging)
+            if not any(run["status"] == "ok" for run in result["runs"]):
+                first = result["runs"][0]
+                raise VaecfError(f"every benchmark run failed; first: {first['name']}: "
+                                 f"{first['error']} (see runs/{first['name']}/train.out)")
+            (staging / "benchmark.json").write_text(json.dumps(result, indent=2) + "\n")
+            write_manifest(staging, STAGE, inputs={"split": args.split},
+                           parameters={k: v for k, v in vars(args).items() if k != "output"},
+                           counts={"runs": len(result["runs"]),
+                                   "runs_ok": sum(r["status"] == "ok" for r in result["runs"])},
+                           started=started)
+        log.info(f"benchmark: wrote benchmark.json to {args.output}")
+
+    return run_stage(STAGE, build_parser(), argv, body)

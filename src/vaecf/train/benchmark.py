@@ -1,0 +1,216 @@
+"""Benchmark runner: ``vaecf train`` over precisions x world sizes x batch sizes x repeats.
+
+Each run is a real ``vaecf train`` process (world sizes above 1 under ``horovodrun -np N
+--gloo`` on this host) doing a fixed amount of work: one warm-up epoch, excluded, then the
+measured epochs (``--steps`` steps each, or full epochs with ``--epochs``). Speed is read back
+from the run's ``train_log.jsonl``; see ``vaecf.report.benchstats`` for the statistics and the
+compute bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vaecf import log
+from vaecf.errors import VaecfError
+from vaecf.io import open_input, read_manifest
+from vaecf.report import benchstats, fingerprint
+
+WARMUP_EPOCHS = 1
+RUN_TIMEOUT_SECONDS = 4 * 3600
+DEFAULT_HIDDEN, DEFAULT_LATENT = 600, 200
+
+
+@dataclass(frozen=True)
+class BenchmarkConfig:
+    """What to measure. Exactly one of ``steps`` (per measured epoch) and ``epochs`` is set."""
+
+    split: str | None
+    precisions: tuple[str, ...]
+    world_sizes: tuple[int, ...]
+    batch_sizes: tuple[int, ...]
+    steps: int | None
+    epochs: int | None
+    repeats: int
+    target_ndcg: float | None
+    synthetic_users: int
+    synthetic_items: int
+    seed: int
+
+
+def make_synthetic_split(directory: Path, n_users: int, n_items: int, seed: int) -> None:
+    """An ML-20M-shaped split (about 73 positives per user) from the planted generator."""
+    from vaecf.data.split import SplitConfig, split_config_dict, split_interactions, write_split
+    from vaecf.data.synthetic import generate_ratings
+
+    ratings = generate_ratings(n_users, n_items, seed=seed)
+    pairs = ratings[ratings["rating"] >= 4.0].rename(columns={"userId": "user_id",
+                                                              "movieId": "item_id"})
+    config = SplitConfig(seed=seed)
+    write_split(split_interactions(pairs, config), directory,
+                inputs={"synthetic": {"n_users": n_users, "n_items": n_items, "seed": seed}},
+                parameters=split_config_dict(config), started=0.0, dataset="synthetic")
+
+
+def split_shape(directory: Path, synthetic: bool) -> dict[str, Any]:
+    """Items, users and known items per training user, from the split's manifest."""
+    manifest = read_manifest(directory, "dataset")
+    try:
+        n_users = {k: int(v) for k, v in manifest["n_users"].items()}
+        nnz = int(manifest["counts"]["pairs"]["train"])
+        return {"synthetic": synthetic, "dataset": manifest.get("dataset"),
+                "n_items": int(manifest["n_items"]), "n_users": n_users,
+                "train_pairs": nnz, "nnz_per_user": nnz / max(n_users["train"], 1)}
+    except (KeyError, TypeError, ValueError) as err:
+        raise VaecfError(f"{directory}/dataset_manifest.json: missing field {err}") from err
+
+
+def train_command(config: BenchmarkConfig, split_dir: Path, run_dir: Path, precision: str,
+                  world_size: int, batch_size: int) -> list[str]:
+    """The ``vaecf train`` command line of one run (under horovodrun when world_size > 1)."""
+    epochs = WARMUP_EPOCHS + (config.epochs or 1)
+    command = [sys.executable, "-m", "vaecf.cli", "train", "--split", str(split_dir),
+               "--output", str(run_dir / "model"), "--checkpoint-dir", str(run_dir / "ckpt"),
+               "--epochs", str(epochs), "--batch-size", str(batch_size), "--precision",
+               precision, "--seed", str(config.seed), "--expect-world-size", str(world_size),
+               "--checkpoint-every", str(epochs),
+               "--validate-every", "1" if config.target_ndcg is not None else str(epochs)]
+    if config.steps:
+        command += ["--steps-per-epoch", str(config.steps)]
+    if world_size > 1:
+        horovodrun = Path(sys.executable).parent / "horovodrun"
+        command = [str(horovodrun), "-np", str(world_size), "--gloo", *command]
+    return command
+
+
+def _model_shape(run_dir: Path, n_items: int) -> tuple[int, int, int]:
+    """(hidden, latent, padded n_items) as the run recorded them (defaults if it did not)."""
+    try:
+        params = json.loads((run_dir / "model" / "train_manifest.json").read_text())["parameters"]
+    except (OSError, ValueError, KeyError):
+        params = {}
+    padded = -(-n_items // 8) * 8
+    return (int(params.get("hidden", DEFAULT_HIDDEN)), int(params.get("latent", DEFAULT_LATENT)),
+            padded)
+
+
+def run_one(config: BenchmarkConfig, split_dir: Path, shape: dict[str, Any], run_dir: Path,
+            key: tuple[str, int, int]) -> dict[str, Any]:
+    """Train once and measure; a failed run is recorded (with its last error line), not raised."""
+    precision, world_size, batch_size = key
+    run: dict[str, Any] = {"precision": precision, "world_size": world_size,
+                           "batch_size": batch_size, "status": "failed", "error": None}
+    command = train_command(config, split_dir, run_dir, precision, world_size, batch_size)
+    with open(run_dir / "train.out", "w") as out:
+        try:
+            done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False,
+                                  timeout=RUN_TIMEOUT_SECONDS, env=_run_env(world_size))
+        except subprocess.TimeoutExpired:
+            return run | {"error": f"timed out after {RUN_TIMEOUT_SECONDS} s"}
+    if done.returncode != 0:
+        lines = (run_dir / "train.out").read_text(errors="replace").strip().splitlines()
+        errors = [line for line in lines if "error" in line.lower()] or lines or ["no output"]
+        return run | {"error": f"exit {done.returncode}: {errors[-1][-300:]}"}
+    entries = [json.loads(line) for line in
+               (run_dir / "model" / "train_log.jsonl").read_text().splitlines() if line.strip()]
+    try:
+        stats = benchstats.run_stats(entries, WARMUP_EPOCHS, config.target_ndcg)
+    except ValueError as err:
+        return run | {"error": str(err)}
+    hidden, latent, padded = _model_shape(run_dir, shape["n_items"])
+    return run | stats | {"status": "ok", "hidden": hidden, "latent": latent,
+                          "n_items_padded": padded}
+
+
+def _run_env(world_size: int) -> dict[str, str]:
+    """The run's environment: on a CPU host, ranks split the cores instead of oversubscribing."""
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    cores = len(os.sched_getaffinity(0))
+    env.setdefault("TF_NUM_INTRAOP_THREADS", str(max(1, cores // world_size)))
+    return env
+
+
+def compute_bound(shape: dict[str, Any], runs: list[dict[str, Any]],
+                  precisions: tuple[str, ...], gpu_count: int) -> dict[str, Any]:
+    """FLOPs per user, measured matmul rate per precision, and each run's fraction of the bound.
+
+    On a GPU host each rank has its own device, so the bound scales with the world size; on a
+    CPU host every rank shares the same cores, so the bound is the host's.
+    """
+    ok = [r for r in runs if r["status"] == "ok"]
+    hidden, latent, padded = ((ok[0]["hidden"], ok[0]["latent"], ok[0]["n_items_padded"])
+                              if ok else (DEFAULT_HIDDEN, DEFAULT_LATENT,
+                                          -(-shape["n_items"] // 8) * 8))
+    flops = benchstats.flops_per_user(padded, hidden, latent, shape["nnz_per_user"])
+    rates = {p: fingerprint.matmul_rate(p) for p in precisions}
+    for run in ok:
+        devices = run["world_size"] if gpu_count else 1
+        run["bound_users_per_second"] = rates[run["precision"]] * devices / flops
+        run["bound_fraction"] = run["users_per_second"] / run["bound_users_per_second"]
+    return {"flops_per_user": flops, "hidden": hidden, "latent": latent,
+            "n_items_padded": padded, "nnz_per_user": shape["nnz_per_user"],
+            "formula": "3 x (2*nnz*hidden + 2*hidden*2*latent + 2*latent*hidden "
+                       "+ 2*hidden*n_items_padded)",
+            "matmul_flops_per_second": rates,
+            "devices": ("Bound per run: one device per rank (GPUs)." if gpu_count else
+                        "Bound per run: this host's CPU, shared by all ranks.")}
+
+
+def run_benchmark(config: BenchmarkConfig, output: Path) -> dict[str, Any]:
+    """Run the matrix; write each run's log under ``output/runs``; return benchmark.json's data."""
+    keys = [(p, w, b) for p in config.precisions for w in config.world_sizes
+            for b in config.batch_sizes]
+    with ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="vaecf-bench-")))
+        if config.split:
+            split_dir = stack.enter_context(open_input(config.split))
+        else:
+            split_dir = work / "split"
+            split_dir.mkdir()
+            log.info(f"benchmark: synthetic ML-20M-shaped split, {config.synthetic_users:,} "
+                     f"users x {config.synthetic_items:,} items")
+            make_synthetic_split(split_dir, config.synthetic_users, config.synthetic_items,
+                                 config.seed)
+        shape = split_shape(split_dir, synthetic=not config.split)
+        machine = fingerprint.fingerprint()
+        runs = []
+        bar = log.Progress("benchmark runs", len(keys) * config.repeats, "runs")
+        for key in keys:
+            for repeat in range(config.repeats):
+                name = f"{key[0]}-np{key[1]}-b{key[2]}-r{repeat}"
+                run_dir = work / name
+                run_dir.mkdir()
+                run = run_one(config, split_dir, shape, run_dir, key) | {"repeat": repeat,
+                                                                         "name": name}
+                _keep_logs(run_dir, output / "runs" / name)
+                log.info(f"benchmark: {name}: " + (
+                    f"{run['users_per_second']:,.1f} users/s" if run["status"] == "ok"
+                    else f"failed ({run['error']})"))
+                runs.append(run)
+                bar.update(1)
+        bar.close()
+        bound = compute_bound(shape, runs, config.precisions, machine["gpu_count"])
+    machine["load_average_end"] = fingerprint.fingerprint_load()
+    return {"fingerprint": machine, "split": shape | {"uri": config.split},
+            "work": {"steps": config.steps, "epochs": config.epochs,
+                     "warmup_epochs": WARMUP_EPOCHS, "repeats": config.repeats},
+            "target_ndcg": config.target_ndcg, "compute_bound": bound, "runs": runs,
+            "configs": benchstats.summarize(runs)}
+
+
+def _keep_logs(run_dir: Path, dest: Path) -> None:
+    """Keep the run's console output and train log (not its model) beside benchmark.json."""
+    dest.mkdir(parents=True)
+    for source in (run_dir / "train.out", run_dir / "model" / "train_log.jsonl"):
+        if source.is_file():
+            shutil.copyfile(source, dest / source.name)
