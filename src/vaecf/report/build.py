@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vaecf.errors import VaecfError
-from vaecf.report import accuracy, provenance, speed, training
+from vaecf.report import accuracy, provenance, speed, speed_render, training
 from vaecf.report.document import Section, to_html, to_markdown
 from vaecf.report.inputs import ReportInputs
 
@@ -38,7 +38,7 @@ def build(inputs: ReportInputs) -> tuple[dict[str, Any], list[Section]]:
     if inputs.benchmark:
         data["speed"] = speed.analyse(inputs.benchmark, inputs.reference)
         verdict += speed.verdict(data["speed"])
-        sections.append(speed.section(data["speed"]))
+        sections.append(speed_render.section(data["speed"]))
     prov = provenance.analyse(inputs.manifests, inputs.benchmark)
     data.update({k: v for k, v in prov.items() if v})
     train_config = ({k: data["training"][k] for k in ("precision", "world_size", "batch_size")}
