@@ -1,0 +1,62 @@
+"""Counter-based randomness for dropout and the reparameterisation trick.
+
+Every random number of a training step is a hash of ``(seed, step, user_idx, key)``, not a
+draw from a stateful generator. Why: the noise a user sees then does not depend on how the
+global batch was split across Horovod ranks, so ``horovodrun -np 2`` with global batch B
+computes exactly what one process with batch B computes, and a resumed run needs only the
+seed and the step to continue the same random stream (nothing hidden to checkpoint).
+
+The hash is a 32-bit integer mixer (xor-shift-multiply rounds) evaluated in int64 so that
+products never overflow; it runs inside XLA and on every device.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+
+_MASK = 0xFFFFFFFF
+_MULTIPLIER = 0x45D9F3B  # < 2**27, so (x < 2**32) * multiplier < 2**59 fits in int64
+
+STREAM_DROPOUT = 1
+STREAM_EPSILON = 2
+
+
+def _mix(x: tf.Tensor) -> tf.Tensor:
+    """Mix the low 32 bits of int64 ``x`` into a uniformly spread 32-bit value."""
+    x = tf.bitwise.bitwise_and(x, _MASK)
+    for _ in range(2):
+        x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
+        x = tf.bitwise.bitwise_and(x * _MULTIPLIER, _MASK)
+    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, 16))
+
+
+def hash_keys(*keys: tf.Tensor | int) -> tf.Tensor:
+    """Chain-hash broadcastable int64 keys into one 32-bit value per element (int64)."""
+    state = tf.constant(0x9E3779B9, tf.int64)
+    for key in keys:
+        key = tf.cast(key, tf.int64)
+        state = _mix(tf.bitwise.bitwise_xor(state, tf.bitwise.bitwise_and(key, _MASK)))
+        # Keys above 32 bits (large step counts) contribute their high half too.
+        state = _mix(tf.bitwise.bitwise_xor(state, tf.bitwise.right_shift(key, 32)))
+    return state
+
+
+def uniform(*keys: tf.Tensor | int) -> tf.Tensor:
+    """Uniform float32 in the open interval (0, 1), one per broadcast element of ``keys``."""
+    bits = tf.bitwise.right_shift(hash_keys(*keys), 8)  # 24 bits: exact in float32
+    return (tf.cast(bits, tf.float32) + 0.5) * (1.0 / (1 << 24))
+
+
+def normal(seed: tf.Tensor | int, step: tf.Tensor, user_idx: tf.Tensor, dims: int) -> tf.Tensor:
+    """Standard normal noise of shape [users, dims] by the Box-Muller transform.
+
+    Args:
+      user_idx: int64 [users], global user indices (the noise is a function of the user).
+    """
+    column = tf.range(dims, dtype=tf.int64)[tf.newaxis, :]
+    users = tf.cast(user_idx, tf.int64)[:, tf.newaxis]
+    u1 = uniform(seed, STREAM_EPSILON, step, users, 2 * column)
+    u2 = uniform(seed, STREAM_EPSILON, step, users, 2 * column + 1)
+    return tf.sqrt(-2.0 * tf.math.log(u1)) * tf.cos(2.0 * math.pi * u2)

@@ -1,0 +1,141 @@
+"""Mult-VAE (Liang et al., WWW 2018) in Keras 3, with a sparse input layer.
+
+Architecture: input -> L2 normalise -> dropout -> 600 tanh -> (mu, logvar) of 200 ->
+reparameterised sample (the mean at inference) -> 600 tanh -> item logits.
+
+A batch is a ``SparseBatch``: the users' items as (row, item_idx, value) triples, never a
+dense users x items matrix. The first layer multiplies that sparse batch by its kernel, so
+its cost and its gradient scale with the batch's non-zeros, not with the item count. The
+item dimension is padded to a multiple of 8 (tensor-core and vector friendly); padded items
+get a -1e9 logit so they take no probability mass and receive no gradient.
+
+Initialisation follows the paper's code: Xavier (Glorot uniform) weights and truncated
+normal biases with standard deviation 0.001 (Keras' zero biases cost accuracy).
+Under a mixed policy the dense layers compute in float16/bfloat16 with float32 variables;
+the sparse first layer, the latent statistics and the logits stay float32.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import keras
+import tensorflow as tf
+
+from vaecf.model import noise
+
+PAD_MULTIPLE = 8
+_PAD_LOGIT = -1e9
+
+
+class SparseBatch(NamedTuple):
+    """A batch of users' items in coordinate form (padding entries have value 0).
+
+    Attributes:
+      rows: int64 [nnz], row of each entry in the batch (0..users-1).
+      item_idx: int64 [nnz], contiguous item index of each entry.
+      values: float32 [nnz], the entry (1 for an implicit positive, 0 for padding).
+      user_idx: int64 [users], global user index of each row (keys the random noise).
+    """
+
+    rows: tf.Tensor
+    item_idx: tf.Tensor
+    values: tf.Tensor
+    user_idx: tf.Tensor
+
+
+def padded_items(n_items: int) -> int:
+    """``n_items`` rounded up to a multiple of 8."""
+    return -(-n_items // PAD_MULTIPLE) * PAD_MULTIPLE
+
+
+def _initializers(seed: int, layer: int) -> dict[str, keras.initializers.Initializer]:
+    """Paper initialisation, seeded per layer so every Horovod rank starts identical."""
+    return {"kernel_initializer": keras.initializers.GlorotUniform(seed=seed * 8 + 2 * layer),
+            "bias_initializer": keras.initializers.TruncatedNormal(
+                stddev=0.001, seed=seed * 8 + 2 * layer + 1)}
+
+
+class SparseDense(keras.layers.Layer):
+    """``tanh(x @ kernel + bias)`` for a sparse ``x``; always float32 (it is cheap)."""
+
+    def __init__(self, n_inputs: int, units: int, seed: int, **kwargs: object) -> None:
+        super().__init__(dtype="float32", **kwargs)
+        init = _initializers(seed, 0)
+        self.kernel = self.add_weight(shape=(n_inputs, units), name="kernel",
+                                      initializer=init["kernel_initializer"])
+        self.bias = self.add_weight(shape=(units,), name="bias",
+                                    initializer=init["bias_initializer"])
+
+    def call(self, sparse: tf.SparseTensor) -> tf.Tensor:
+        product = tf.sparse.sparse_dense_matmul(sparse, self.kernel.value)
+        return tf.tanh(product + self.bias.value)
+
+
+class MultVAE(keras.Model):
+    """Mult-VAE returning float32 logits [users, padded items], mu and logvar [users, latent].
+
+    Args:
+      n_items: real number of items (the logits are padded to a multiple of 8).
+      hidden: width of the encoder and decoder hidden layers (paper: 600).
+      latent: dimension of the latent code (paper: 200).
+      dropout: input dropout rate during training (paper: 0.5).
+      policy: Keras dtype policy of the dense layers ("float32", "mixed_bfloat16", ...).
+      seed: seed of the dropout and sampling noise.
+    """
+
+    def __init__(self, n_items: int, hidden: int = 600, latent: int = 200,
+                 dropout: float = 0.5, policy: str = "float32", seed: int = 0) -> None:
+        super().__init__()
+        self.n_items = n_items
+        self.n_padded = padded_items(n_items)
+        self.latent = latent
+        self.dropout = dropout
+        self.seed = seed
+        self.encoder_hidden = SparseDense(self.n_padded, hidden, seed, name="encoder_hidden")
+        self.encoder_out = keras.layers.Dense(2 * latent, name="encoder_out", dtype=policy,
+                                              **_initializers(seed, 1))
+        self.decoder_hidden = keras.layers.Dense(hidden, activation="tanh", dtype=policy,
+                                                 name="decoder_hidden", **_initializers(seed, 2))
+        self.decoder_out = keras.layers.Dense(self.n_padded, name="decoder_out", dtype=policy,
+                                              **_initializers(seed, 3))
+        pad = tf.concat([tf.zeros([n_items]), tf.fill([self.n_padded - n_items], _PAD_LOGIT)], 0)
+        self._pad_logits = pad
+
+    def call(self, batch: SparseBatch, training: bool = False,
+             step: tf.Tensor | int = 0) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        users = tf.shape(batch.user_idx, out_type=tf.int64)[0]
+        values = self._normalise(batch, users)
+        if training and self.dropout > 0.0:
+            entry_user = tf.gather(batch.user_idx, batch.rows)
+            keep = noise.uniform(self.seed, noise.STREAM_DROPOUT, step, entry_user,
+                                 batch.item_idx) >= self.dropout
+            values = tf.where(keep, values / (1.0 - self.dropout), 0.0)
+        sparse = tf.SparseTensor(tf.stack([batch.rows, batch.item_idx], axis=1), values,
+                                 tf.stack([users, tf.constant(self.n_padded, tf.int64)]))
+        hidden = self.encoder_hidden(sparse)
+        stats = tf.cast(self.encoder_out(hidden), tf.float32)
+        mu, logvar = stats[:, :self.latent], stats[:, self.latent:]
+        z = mu
+        if training:
+            eps = noise.normal(self.seed, step, batch.user_idx, self.latent)
+            z = mu + eps * tf.exp(0.5 * logvar)
+        logits = self.decoder_out(self.decoder_hidden(z))
+        return tf.cast(logits, tf.float32) + self._pad_logits, mu, logvar
+
+    @staticmethod
+    def _normalise(batch: SparseBatch, users: tf.Tensor) -> tf.Tensor:
+        """Divide each user's values by the L2 norm of the user's row."""
+        norm_sq = tf.math.unsorted_segment_sum(tf.square(batch.values), batch.rows, users)
+        scale = tf.math.rsqrt(tf.maximum(norm_sq, 1e-12))
+        return batch.values * tf.gather(scale, batch.rows)
+
+    def build_variables(self) -> None:
+        """Create every variable by calling the model once on an empty batch."""
+        empty = tf.zeros([0], tf.int64)
+        self(SparseBatch(empty, empty, tf.zeros([0]), tf.zeros([1], tf.int64)))
+
+    def weight_kernels(self) -> list[keras.Variable]:
+        """The kernels (not the biases): what the optional L2 penalty applies to."""
+        return [layer.kernel for layer in (self.encoder_hidden, self.encoder_out,
+                                           self.decoder_hidden, self.decoder_out)]

@@ -1,0 +1,81 @@
+"""``vaecf train``: Mult-VAE training, alone or under ``horovodrun``/``mpirun`` unchanged."""
+
+from __future__ import annotations
+
+import argparse
+
+from vaecf.stages import new_parser, run_stage
+from vaecf.train.config import PRECISIONS, TrainConfig
+
+STAGE = "train"
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a value in [0, 1), got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = new_parser(STAGE, "Train Mult-VAE on a split; export the best epoch (val "
+                        "NDCG@100) as a SavedModel with 'score' and 'recommend' signatures.")
+    add = parser.add_argument
+    add("--split", required=True, help="split directory or s3:// prefix (vaecf split)")
+    add("--output", required=True, help="model directory or s3:// prefix")
+    add("--checkpoint-dir", help="checkpoints (local or s3://); a rerun resumes from the "
+        "newest valid one [default: <output>-checkpoints]")
+    add("--epochs", type=_positive, default=20)
+    add("--batch-size", type=_positive, default=500,
+        help="global batch: users per step over all processes")
+    add("--precision", choices=PRECISIONS, default="fp32",
+        help="mixed_float16 uses dynamic loss scaling")
+    add("--xla", action="store_true", help="compile the dense part of the step with XLA")
+    add("--learning-rate", type=float, default=1e-3, help="Adam learning rate")
+    add("--beta-cap", type=float, default=0.2, help="largest KL weight")
+    add("--anneal-steps", type=int, default=200_000,
+        help="steps over which beta grows linearly to the cap (0: the cap from the start)")
+    add("--dropout", type=_fraction, default=0.5, help="input dropout rate")
+    add("--hidden", type=_positive, default=600, help="hidden layer width")
+    add("--latent", type=_positive, default=200, help="latent dimension")
+    add("--l2", type=float, default=0.0, help="L2 penalty on the weights")
+    add("--seed", type=int, default=0)
+    add("--validate-every", type=_positive, default=1, help="validate every N epochs "
+        "(and the last)")
+    add("--checkpoint-every", type=_positive, default=1, help="checkpoint every N epochs "
+        "(and the last)")
+    add("--steps-per-epoch", type=_positive, help="steps per epoch [default: one pass over "
+        "the training users]")
+    add("--expect-world-size", type=_positive, help="fail unless this many processes run")
+    add("--expect-hosts", type=_positive, help="fail unless the processes span this many "
+        "hosts")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    checkpoint_dir = args.checkpoint_dir or args.output.rstrip("/") + "-checkpoints"
+    return TrainConfig(
+        split=args.split, output=args.output, checkpoint_dir=checkpoint_dir,
+        epochs=args.epochs, batch_size=args.batch_size, precision=args.precision,
+        xla=args.xla, learning_rate=args.learning_rate, beta_cap=args.beta_cap,
+        anneal_steps=args.anneal_steps, dropout=args.dropout, hidden=args.hidden,
+        latent=args.latent, l2=args.l2, seed=args.seed, validate_every=args.validate_every,
+        checkpoint_every=args.checkpoint_every, steps_per_epoch=args.steps_per_epoch,
+        expect_world_size=args.expect_world_size, expect_hosts=args.expect_hosts)
+
+
+def _body(args: argparse.Namespace) -> None:
+    from vaecf.train.run import train  # TensorFlow is imported only when training runs
+
+    train(config_from_args(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage(STAGE, build_parser(), argv, _body)

@@ -1,0 +1,147 @@
+"""Horovod and mixed precision, in the order of horovod's tensorflow2 example (STYLE rule 4).
+
+init -> pin the GPU by local rank -> precision policy -> per-rank seed -> forward and loss
+under a plain tape (scaled for float16) -> allreduce gradients -> unscale/apply -> broadcast
+variables after step 1 -> allreduce the reported loss -> rank 0 alone writes.
+
+Keras 3 breaks Horovod's wrappers (``DistributedGradientTape``, ``horovod.tensorflow.keras``,
+``broadcast_variables(model.variables)``), so this module uses a plain ``tf.GradientTape``,
+``hvd.grouped_allreduce(op=hvd.Average)`` and broadcasts the ``tf.Variable`` behind each Keras
+variable (``v.value``). Without Horovod installed, a run is a world of one.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from vaecf import log
+from vaecf.errors import VaecfError
+from vaecf.model import MultVAE, SparseBatch, beta_at, gaussian_kl, l2_penalty, multinomial_nll
+from vaecf.train.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """This process's place in the job."""
+
+    rank: int
+    size: int
+    local_rank: int
+    hosts: int
+    hvd: Any  # horovod.tensorflow, or None in a world of one without Horovod
+
+    @property
+    def is_chief(self) -> bool:
+        return self.rank == 0
+
+
+def start(config: TrainConfig) -> Runtime:
+    """Join the job, check its shape, pin the device, set the policy and the seeds."""
+    try:
+        import horovod.tensorflow as hvd  # Horovod: imported at run time, never at import
+    except ImportError:
+        hvd = None
+    if hvd is not None:
+        hvd.init()  # Horovod: initialise (a world of one when not launched by horovodrun)
+        rank, size, local_rank = hvd.rank(), hvd.size(), hvd.local_rank()  # Horovod:
+        hosts = len(set(hvd.allgather_object(socket.gethostname())))  # Horovod: host count
+    else:
+        rank, size, local_rank, hosts = 0, 1, 0, 1
+    log.set_quiet(rank != 0)  # Horovod: rank 0 alone logs
+    _check_shape(config, size, hosts)
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        tf.config.set_visible_devices(gpus[local_rank % len(gpus)], "GPU")  # Horovod: pin GPU
+    keras.mixed_precision.set_global_policy(config.keras_policy)  # Horovod: precision policy
+    keras.utils.set_random_seed(config.seed + rank)  # Horovod: per-rank seed
+    return Runtime(rank=rank, size=size, local_rank=local_rank, hosts=hosts, hvd=hvd)
+
+
+def _check_shape(config: TrainConfig, size: int, hosts: int) -> None:
+    if config.expect_world_size is not None and size != config.expect_world_size:
+        raise VaecfError(f"--expect-world-size {config.expect_world_size}: this job has "
+                         f"{size} process(es) (launch with horovodrun -np "
+                         f"{config.expect_world_size} or fix the flag)")
+    if config.expect_hosts is not None and hosts != config.expect_hosts:
+        raise VaecfError(f"--expect-hosts {config.expect_hosts}: this job runs on {hosts} "
+                         "distinct host(s)")
+    if config.batch_size % size:
+        raise VaecfError(f"--batch-size {config.batch_size}: the global batch must divide "
+                         f"evenly over {size} processes")
+
+
+def make_optimizer(config: TrainConfig) -> keras.optimizers.Optimizer:
+    """Adam, wrapped for dynamic loss scaling under float16."""
+    adam = keras.optimizers.Adam(learning_rate=config.learning_rate)
+    if config.precision == "mixed_float16":
+        return keras.optimizers.LossScaleOptimizer(adam)
+    return adam
+
+
+StepFn = Callable[[SparseBatch, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
+
+
+def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
+                    config: TrainConfig, runtime: Runtime) -> StepFn:
+    """One data-parallel update: (batch, step) -> (averaged [loss, nll, kl, beta], finite).
+
+    ``finite`` is False when float16 gradients overflowed and the optimizer skipped the step.
+    """
+    hvd, size = runtime.hvd, runtime.size
+    scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    variables = model.trainable_variables
+
+    def step(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        beta = beta_at(step_idx, config.beta_cap, config.anneal_steps)
+        with tf.GradientTape() as tape:  # Horovod: plain tape (Keras 3 breaks the wrapper)
+            logits, mu, logvar = model(batch, training=True, step=step_idx)
+            nll = tf.reduce_mean(multinomial_nll(logits, batch))
+            kl = tf.reduce_mean(gaussian_kl(mu, logvar))
+            penalty = l2_penalty([k.value for k in model.weight_kernels()], config.l2)
+            loss = nll + beta * kl + penalty
+            scaled = optimizer.scale_loss(loss) if scaling else loss  # Horovod: fp16 scale
+        grads = tape.gradient(scaled, variables)
+        if size > 1:
+            grads = hvd.grouped_allreduce(grads, op=hvd.Average)  # Horovod: average grads
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        optimizer.apply(grads, variables)  # Horovod: unscale (fp16), skip if not finite
+        stats = tf.stack([loss, nll, kl, beta])
+        if size > 1:
+            stats = hvd.allreduce(stats, op=hvd.Average)  # Horovod: averaged loss for logs
+        return stats, finite
+
+    return tf.function(step, reduce_retracing=True, jit_compile=False)
+
+
+def _tf_variables(variables: Sequence[keras.Variable]) -> list[tf.Variable]:
+    return [v.value for v in variables]
+
+
+def broadcast_state(model: MultVAE, optimizer: keras.optimizers.Optimizer,
+                    runtime: Runtime) -> None:
+    """Make every rank hold rank 0's model and optimizer variables."""
+    if runtime.size > 1:
+        runtime.hvd.broadcast_variables(_tf_variables(model.variables),  # Horovod: model
+                                        root_rank=0)
+        runtime.hvd.broadcast_variables(_tf_variables(optimizer.variables),  # Horovod: opt
+                                        root_rank=0)
+
+
+def broadcast_object(value: Any, runtime: Runtime) -> Any:
+    """Rank 0's ``value`` on every rank (e.g. the checkpoint it resumed from)."""
+    if runtime.size == 1:
+        return value
+    return runtime.hvd.broadcast_object(value, root_rank=0)  # Horovod: rank 0's decision
+
+
+def gather_object(value: Any, runtime: Runtime) -> list[Any]:
+    """Every rank's ``value``, in rank order (e.g. weight digests to check replicas agree)."""
+    if runtime.size == 1:
+        return [value]
+    return list(runtime.hvd.allgather_object(value))  # Horovod: collect from all ranks

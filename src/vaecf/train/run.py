@@ -1,0 +1,74 @@
+"""``train(config)``: the whole of ``vaecf train`` -- data in, trained model directory out.
+
+Every rank reads the split and trains; rank 0 alone publishes the output directory
+(``saved_model/``, ``train_log.jsonl``, ``train_manifest.json``), atomically, and only once
+training has finished: a failed or killed run leaves the output absent, its checkpoints kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+
+import keras
+
+from vaecf import log
+from vaecf.data.splits import load_split
+from vaecf.errors import VaecfError
+from vaecf.io import open_input, publish, write_manifest
+from vaecf.train import horovod as dist
+from vaecf.train.config import TrainConfig
+from vaecf.train.export import export
+from vaecf.train.trainer import Trainer
+
+
+def train(config: TrainConfig) -> None:
+    """Train Mult-VAE on ``config.split`` and publish the best epoch's model (rank 0)."""
+    started = time.monotonic()
+    previous_policy = keras.mixed_precision.global_policy()
+    runtime = dist.start(config)
+    try:
+        with contextlib.ExitStack() as stack:
+            staging = stack.enter_context(publish(config.output)) if runtime.is_chief else None
+            split_dir = stack.enter_context(open_input(config.split))
+            split = load_split(split_dir)
+            log.info(f"training on {split.train.shape[0]:,} users x {split.n_items:,} items, "
+                     f"world size {runtime.size}, {config.precision}, "
+                     f"batch {config.batch_size}")
+            trainer = Trainer(config, runtime, split.train, split.heldout("val"))
+            trainer.restore()
+            trainer.fit()
+            digests = dist.gather_object(trainer.weights_digest(), runtime)
+            if staging is not None:
+                if len(set(digests)) != 1:
+                    raise VaecfError(f"the {runtime.size} ranks ended with different weights "
+                                     f"(digests {digests}): replicas diverged")
+                _write_output(staging, trainer, split.manifest, digests, config, started)
+    finally:
+        keras.mixed_precision.set_global_policy(previous_policy)
+
+
+def _write_output(staging: Path, trainer: Trainer, split_manifest: dict, digests: list[str],
+                  config: TrainConfig, started: float) -> None:
+    state = trainer.state
+    if state.best_weights is None:
+        raise VaecfError("no epoch was validated: nothing to export")
+    export(state.best_weights, n_items=trainer.n_items, hidden=config.hidden,
+           latent=config.latent, path=staging / "saved_model")
+    with open(staging / "train_log.jsonl", "w") as handle:
+        for record in state.log:
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+    best = next(r for r in state.log if r["epoch"] == state.best_epoch)
+    write_manifest(
+        staging, "train", inputs={"split": config.split}, parameters=config.parameters(),
+        counts={"train_users": int(trainer.train.shape[0]), "epochs": state.epoch,
+                "steps": state.step},
+        started=started,
+        extra={"n_items": trainer.n_items, "split_n_items": int(split_manifest["n_items"]),
+               "best_epoch": state.best_epoch, "best_val": best["val"],
+               "world_size": trainer.runtime.size, "hosts": trainer.runtime.hosts,
+               "replica_weight_sha256": digests})
+    log.info(f"best epoch {state.best_epoch} (val ndcg@100 {state.best_ndcg:.4f}) exported "
+             f"to {config.output}")

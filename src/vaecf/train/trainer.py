@@ -1,0 +1,213 @@
+"""The training loop: epochs of data-parallel steps, validation, checkpoints, the best weights.
+
+Rank 0 alone validates, checkpoints and keeps the best weights; the other ranks only step.
+State that must survive a restart is exactly what ``checkpoint`` stores, so a resumed run
+continues the same trajectory: the permutation of each epoch is a function of (seed, epoch)
+and the model's noise a function of (seed, step, user), both recorded in the checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import keras
+import numpy as np
+import scipy.sparse as sp
+import tensorflow as tf
+
+from vaecf import log
+from vaecf.errors import VaecfError
+from vaecf.metrics import evaluate
+from vaecf.model import MultVAE
+from vaecf.train import checkpoint, data
+from vaecf.train import horovod as dist
+from vaecf.train.config import STATE_PARAMETERS, TrainConfig
+
+VAL_KEYS = ("recall_at_20", "recall_at_50", "ndcg_at_100")
+
+
+@dataclass
+class State:
+    """Where training stands: completed epochs, global step, the log, the best epoch."""
+
+    epoch: int = 0
+    step: int = 0
+    log: list[dict[str, Any]] = field(default_factory=list)
+    best_epoch: int | None = None
+    best_ndcg: float = -1.0
+    best_weights: list[np.ndarray] | None = None
+
+
+class Trainer:
+    """Trains a ``MultVAE`` on ``train`` (CSR [users, items]) and validates on ``val``."""
+
+    def __init__(self, config: TrainConfig, runtime: dist.Runtime, train: sp.csr_matrix,
+                 val: tuple[sp.csr_matrix, sp.csr_matrix]) -> None:
+        self.config, self.runtime, self.train, self.val = config, runtime, train, val
+        self.n_items = train.shape[1]
+        self.model = MultVAE(self.n_items, hidden=config.hidden, latent=config.latent,
+                             dropout=config.dropout, policy=config.keras_policy,
+                             seed=config.seed)
+        self.model.build_variables()
+        self.optimizer = dist.make_optimizer(config)
+        self.optimizer.build(self.model.trainable_variables)
+        self.step_fn = dist.make_train_step(self.model, self.optimizer, config, runtime)
+        self.steps = data.steps_per_epoch(train.shape[0], config.batch_size,
+                                          config.steps_per_epoch)
+        local = config.batch_size // runtime.size
+        self.maker = data.BatchMaker(train, data.pad_granule(train, local))
+        self.state = State()
+        self._scores = tf.function(self._score_batch, reduce_retracing=True)
+
+    # ---- resume and checkpoints (rank 0 reads and writes; the others get a broadcast)
+
+    def restore(self) -> None:
+        """Resume from the newest valid checkpoint, if any, on every rank."""
+        found = None
+        if self.runtime.is_chief:
+            found = checkpoint.load_newest(self.config.checkpoint_dir)
+            if found is not None:
+                self._check_compatible(found)
+                self._apply(found)
+                log.info(f"resuming from checkpoint {found.name} (epoch {self.state.epoch}, "
+                         f"step {self.state.step})")
+        self.state.epoch, self.state.step = dist.broadcast_object(
+            (self.state.epoch, self.state.step), self.runtime)
+        dist.broadcast_state(self.model, self.optimizer, self.runtime)
+
+    def _check_compatible(self, found: checkpoint.Checkpoint) -> None:
+        saved = found.meta.get("parameters", {})
+        if found.meta.get("n_items") != self.n_items:
+            raise VaecfError(f"{self.config.checkpoint_dir}/{found.name}: written for "
+                             f"{found.meta.get('n_items')} items, the split has {self.n_items}")
+        for key in STATE_PARAMETERS:
+            ours = self.config.parameters()[key]
+            if saved.get(key) != ours:
+                flag = "--" + key.replace("_", "-")
+                raise VaecfError(f"{self.config.checkpoint_dir}/{found.name}: written with "
+                                 f"{flag} {saved.get(key)}, this run has {ours} (use another "
+                                 "--checkpoint-dir to start afresh)")
+
+    def _apply(self, found: checkpoint.Checkpoint) -> None:
+        arrays, meta = found.arrays, found.meta
+        self.model.set_weights([arrays[f"model/{i}"] for i in range(len(self.model.weights))])
+        for i, variable in enumerate(self.optimizer.variables):
+            variable.assign(arrays[f"optimizer/{i}"])
+        inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        inner.learning_rate.assign(self.config.learning_rate)  # a resumed run may change it
+        n_best = sum(key.startswith("best/") for key in arrays)
+        best = [arrays[f"best/{i}"] for i in range(n_best)] or None
+        self.state = State(epoch=int(meta["epoch"]), step=int(meta["step"]), log=meta["log"],
+                           best_epoch=meta["best_epoch"], best_ndcg=float(meta["best_ndcg"]),
+                           best_weights=best)
+
+    def save_checkpoint(self) -> None:
+        s = self.state
+        arrays = {f"model/{i}": w for i, w in enumerate(self.model.get_weights())}
+        arrays.update({f"optimizer/{i}": np.asarray(v.numpy())
+                       for i, v in enumerate(self.optimizer.variables)})
+        arrays.update({f"best/{i}": w for i, w in enumerate(s.best_weights or [])})
+        meta = {"step": s.step, "log": s.log, "best_epoch": s.best_epoch,
+                "best_ndcg": s.best_ndcg, "n_items": self.n_items,
+                "parameters": self.config.parameters(), "loss_scale": self.loss_scale(),
+                "rng": {"noise": {"seed": self.config.seed, "counter": s.step},
+                        "shard": {"seed": self.config.seed, "next_epoch": s.epoch + 1}}}
+        name = checkpoint.save(self.config.checkpoint_dir, s.epoch, meta, arrays)
+        log.info(f"checkpoint {self.config.checkpoint_dir}/{name} written")
+
+    def loss_scale(self) -> float | None:
+        scale = getattr(self.optimizer, "dynamic_scale", None)
+        return None if scale is None else float(scale.numpy())
+
+    # ---- the loop
+
+    def fit(self) -> None:
+        """Train from the current state to ``config.epochs``."""
+        first = True
+        for epoch in range(self.state.epoch + 1, self.config.epochs + 1):
+            record = self._run_epoch(epoch, broadcast_after_first=first)
+            first = False
+            self.state.epoch = epoch
+            if not self.runtime.is_chief:
+                continue
+            if epoch % self.config.validate_every == 0 or epoch == self.config.epochs:
+                record["val"] = self._validate(epoch)
+            self.state.log.append(record)
+            log.info(_describe(record))
+            if epoch % self.config.checkpoint_every == 0 or epoch == self.config.epochs:
+                self.save_checkpoint()
+
+    def _run_epoch(self, epoch: int, broadcast_after_first: bool) -> dict[str, Any]:
+        config, runtime = self.config, self.runtime
+        users = data.epoch_users(self.train.shape[0], seed=config.seed, epoch=epoch,
+                                 steps=self.steps, batch_size=config.batch_size,
+                                 world_size=runtime.size, rank=runtime.rank)
+        batches = iter(data.dataset(self.maker, users))
+        totals, skipped, waited = np.zeros(4), 0, 0.0
+        progress = log.Progress(f"epoch {epoch}", total=self.steps, unit="steps")
+        started = time.perf_counter()
+        for _ in range(self.steps):
+            before = time.perf_counter()
+            batch = next(batches)
+            waited += time.perf_counter() - before
+            stats, finite = self.step_fn(batch, tf.constant(self.state.step, tf.int64))
+            stats = stats.numpy()
+            self.state.step += 1
+            if not np.isfinite(stats[0]):
+                raise VaecfError(f"non-finite loss at epoch {epoch} step {self.state.step}")
+            if broadcast_after_first:
+                dist.broadcast_state(self.model, self.optimizer, runtime)
+                broadcast_after_first = False
+            skipped += int(not bool(finite))
+            totals += stats
+            progress.update(1)
+        seconds = time.perf_counter() - started
+        progress.close()
+        loss, nll, kl, _ = totals / self.steps
+        return {"epoch": epoch, "step": self.state.step, "loss": float(loss),
+                "nll": float(nll), "kl": float(kl), "beta": float(stats[3]),
+                "epoch_seconds": seconds,
+                "users_per_second": self.steps * config.batch_size / seconds,
+                "input_seconds": waited, "input_share": waited / seconds,
+                "skipped_steps": skipped, "loss_scale": self.loss_scale(),
+                "precision": config.precision, "world_size": runtime.size,
+                "batch_size": config.batch_size}
+
+    def _validate(self, epoch: int) -> dict[str, float]:
+        """Validation metrics of the current weights; remembers the best epoch's weights."""
+        result = evaluate(lambda rows: self._scores(data.csr_batch(rows)), *self.val)
+        metrics = {key: result.metrics[key].mean for key in VAL_KEYS}
+        if metrics["ndcg_at_100"] > self.state.best_ndcg:
+            self.state.best_ndcg = metrics["ndcg_at_100"]
+            self.state.best_epoch = epoch
+            self.state.best_weights = [np.array(w) for w in self.model.get_weights()]
+        return metrics
+
+    def _score_batch(self, batch: Any) -> tf.Tensor:
+        """float32 [users, n_items]: inference logits (the mean of the latent code)."""
+        return self.model(batch, training=False)[0][:, :self.n_items]
+
+    def weights_digest(self) -> str:
+        """SHA-256 of this rank's weights: equal on every rank unless replicas diverged."""
+        import hashlib
+
+        digest = hashlib.sha256()
+        for weight in self.model.get_weights():
+            digest.update(np.ascontiguousarray(weight).tobytes())
+        return digest.hexdigest()
+
+
+def _describe(record: dict[str, Any]) -> str:
+    text = (f"epoch {record['epoch']}: loss {record['loss']:.4f} (nll {record['nll']:.4f}, "
+            f"kl {record['kl']:.4f}, beta {record['beta']:.4f}), "
+            f"{record['users_per_second']:,.0f} users/s, input {100 * record['input_share']:.0f}%")
+    if "val" in record:
+        text += f", val ndcg@100 {record['val']['ndcg_at_100']:.4f}"
+    return text
+
+
+def keras_clear() -> None:
+    """Forget Keras' global state (layer name counters) between runs in one process."""
+    keras.backend.clear_session()
