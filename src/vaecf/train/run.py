@@ -1,7 +1,8 @@
 """``train(config)``: the whole of ``vaecf train`` -- data in, trained model directory out.
 
 Every rank reads the split and trains; rank 0 alone publishes the output directory
-(``saved_model/``, ``train_log.jsonl``, ``train_manifest.json``), atomically, and only once
+(``saved_model/``, ``item_index.parquet`` copied from the split so that ``vaecf recommend``
+can map raw item ids, ``train_log.jsonl``, ``train_manifest.json``), atomically, and only once
 training has finished: a failed or killed run leaves the output absent, its checkpoints kept.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -45,6 +47,7 @@ def train(config: TrainConfig) -> None:
                 if len(set(digests)) != 1:
                     raise VaecfError(f"the {runtime.size} ranks ended with different weights "
                                      f"(digests {digests}): replicas diverged")
+                shutil.copyfile(split_dir / "item_index.parquet", staging / "item_index.parquet")
                 _write_output(staging, trainer, split.manifest, digests, config, started)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)

@@ -1,0 +1,126 @@
+"""``vaecf recommend``: top-k items for users given by their known items (raw ids).
+
+Reads a ``vaecf train`` output (its SavedModel's ``recommend`` signature and the item index
+it was trained on) and a Parquet or CSV file of ``user_id,item_id`` pairs; writes
+``recommendations.parquet`` (``user_id``, ``rank`` from 1, ``item_id``, ``score``), users in
+ascending ``user_id`` order, never recommending a user's own items. Items the model does not
+know are ignored (counted in the manifest): a model can only fold in items it was trained on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from vaecf import log
+from vaecf.data.splits import save_parquet
+from vaecf.errors import VaecfError
+from vaecf.io import open_input, publish, read_manifest, write_manifest
+from vaecf.stages import new_parser, run_stage
+
+STAGE = "recommend"
+COLUMNS = ("user_id", "item_id")
+BATCH_USERS = 1024
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = new_parser(STAGE, "Top-k recommendations from a trained model for users given "
+                        "by their known items.")
+    parser.add_argument("--model", required=True, help="'vaecf train' output (dir or s3://)")
+    parser.add_argument("--input", required=True,
+                        help="Parquet or CSV file with columns user_id,item_id")
+    parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
+    parser.add_argument("--top-k", type=int, default=100, help="items per user")
+    return parser
+
+
+def read_pairs(path: Path) -> pd.DataFrame:
+    """The ``user_id,item_id`` pairs of a Parquet or CSV file (raw ids)."""
+    if not path.is_file():
+        raise VaecfError(f"{path}: input file does not exist")
+    try:
+        if path.suffix == ".parquet":
+            frame = pq.read_table(path).to_pandas()
+        elif path.suffix == ".csv":
+            frame = pd.read_csv(path)
+        else:
+            raise VaecfError(f"{path}: expected a .parquet or .csv file")
+    except (OSError, ValueError, pa.ArrowException) as err:
+        raise VaecfError(f"{path}: cannot read ({err})") from err
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise VaecfError(f"{path}: missing column(s) {', '.join(missing)} (expected "
+                         f"{','.join(COLUMNS)}; found {','.join(map(str, frame.columns))})")
+    if frame.empty:
+        raise VaecfError(f"{path}: no rows")
+    if frame[list(COLUMNS)].isna().any().any():
+        row = int(np.flatnonzero(frame[list(COLUMNS)].isna().any(axis=1).to_numpy())[0])
+        raise VaecfError(f"{path}: row {row + 1}: empty user_id or item_id")
+    return frame[list(COLUMNS)]
+
+
+def recommend(model_dir: Path, pairs: pd.DataFrame, top_k: int) -> tuple[pa.Table, int]:
+    """Top-k per user; returns the table and the number of pairs with an unknown item."""
+    import tensorflow as tf
+
+    item_ids = pq.read_table(model_dir / "item_index.parquet").column("item_id").to_numpy()
+    # Raw ids are matched as text: a CSV column with one non-numeric id is read as strings.
+    lookup = pd.Series(np.arange(item_ids.size, dtype=np.int64), index=item_ids.astype(str))
+    raw_items = pairs["item_id"].astype(str)
+    known = raw_items.isin(lookup.index).to_numpy()
+    users = np.sort(pairs["user_id"].unique())
+    user_row = pd.Series(np.arange(users.size), index=users)
+    rows = user_row[pairs["user_id"][known]].to_numpy()
+    items = lookup[raw_items[known]].to_numpy()
+    order = np.lexsort((items, rows))
+    rows, items = rows[order], items[order]
+    splits = np.searchsorted(rows, np.arange(users.size + 1))
+    signature = tf.saved_model.load(str(model_dir / "saved_model")).signatures["recommend"]
+    top_items, top_scores = [], []
+    progress = log.Progress("recommending", total=users.size, unit="users")
+    for start in range(0, users.size, BATCH_USERS):
+        stop = min(start + BATCH_USERS, users.size)
+        out = signature(row_splits=tf.constant(splits[start:stop + 1] - splits[start]),
+                        item_idx=tf.constant(items[splits[start]:splits[stop]]),
+                        k=tf.constant(top_k, tf.int32))
+        top_items.append(out["item_idx"].numpy())
+        top_scores.append(out["scores"].numpy())
+        progress.update(stop - start)
+    progress.close()
+    ranked, scores = np.concatenate(top_items), np.concatenate(top_scores)
+    valid = np.isfinite(scores)  # -inf: the user has fewer than k unknown items
+    k = ranked.shape[1]
+    table = pa.table({
+        "user_id": np.repeat(users, k)[valid.ravel()],
+        "rank": np.tile(np.arange(1, k + 1, dtype=np.int32), users.size)[valid.ravel()],
+        "item_id": item_ids[ranked[valid]],
+        "score": scores[valid].astype(np.float32)})
+    return table, int((~known).sum())
+
+
+def _body(args: argparse.Namespace) -> None:
+    started = time.monotonic()
+    if args.top_k < 1:
+        raise VaecfError(f"--top-k {args.top_k}: expected a positive integer")
+    pairs = read_pairs(Path(args.input))
+    with publish(args.output) as staging, open_input(args.model) as model_dir:
+        read_manifest(model_dir, "train")
+        table, unknown = recommend(model_dir, pairs, args.top_k)
+        save_parquet(staging / "recommendations.parquet", table)
+        write_manifest(staging, STAGE, inputs={"model": args.model, "input": args.input},
+                       parameters={"top_k": args.top_k},
+                       counts={"users": int(pairs["user_id"].nunique()),
+                               "pairs": len(pairs), "unknown_item_pairs": unknown,
+                               "recommendations": table.num_rows}, started=started)
+    log.info(f"{table.num_rows:,} recommendations for {pairs['user_id'].nunique():,} users "
+             f"written to {args.output} ({unknown:,} pairs with an unknown item ignored)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage(STAGE, build_parser(), argv, _body)
