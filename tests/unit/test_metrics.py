@@ -185,3 +185,13 @@ def test_tensorflow_chunk_equals_the_reference_per_user(seed: int, n_items: int)
         np.testing.assert_allclose(out[key], expected[key], rtol=0, atol=1e-6)
     np.testing.assert_array_equal(out["top_items"], top)
     assert out["top_items"].shape == (23, min(120, n_items))
+
+
+@pytest.mark.parametrize("engine", ["tensorflow", "numpy"])
+def test_holdout_item_also_in_fold_in_counts_but_never_hits(engine: str) -> None:
+    # Ranking without fold-in {0}: 1, 2. |H| = 2 (item 0 included, unrankable), one hit at 1.
+    fold_in, holdout = csr([[0]], 3), csr([[0, 1]], 3)
+    result = evaluate(lambda rows: np.array([[3, 2, 1]], np.float32), fold_in, holdout,
+                      engine=engine)
+    assert result.metrics["recall_at_20"].mean == 0.5
+    assert result.metrics["ndcg_at_100"].mean == pytest.approx(1 / (1 + 1 / LOG2_3), abs=1e-12)

@@ -8,12 +8,13 @@ users, on the device that holds the scores:
 2. ``tf.math.top_k`` with the largest K needed, once (it puts equal scores in item_idx order,
    the reference's tie rule); a ranked position holding -inf is a fold-in item, i.e. "no
    item" (scores must be finite, which is checked);
-3. hits are looked up in the chunk's holdout, and the per-user metrics are computed in
-   float64 (the ranking tensors are only (B, K), so float64 costs nothing and keeps the
-   result within 1e-12 of the reference).
+3. hits are found by binary search of the (B, K) ranked (user, item) pairs in the chunk's
+   sorted holdout pairs, and the per-user metrics are computed in float64 (the tensors are
+   only (B, K), so float64 costs nothing and keeps the result within 1e-12 of the
+   reference).
 
-Memory is O(B x n_items) for the scores, the masked scores and the holdout lookup, never
-users x items. Only (B,) metric values and optionally (B, K) top items come back to the host.
+Memory is O(B x n_items) for the scores and the masked scores, never users x items. Only
+(B,) metric values and optionally (B, K) top items come back to the host.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class ChunkMetrics:
         self._fn = tf.function(self._compute, reduce_retracing=True, input_signature=[
             tf.TensorSpec([None, n_items], tf.float32),
             tf.TensorSpec([None, 2], tf.int64),
-            tf.TensorSpec([None, 2], tf.int64),
+            tf.TensorSpec([None], tf.int64),
+            tf.TensorSpec([None], tf.float64),
         ])
 
     def __call__(self, scores: Any, fold_in: sp.csr_matrix, holdout: sp.csr_matrix
@@ -67,24 +69,28 @@ class ChunkMetrics:
           ``"top_items"``: int32 (B, top_k) item_idx (-1 for "no item") and
           ``"top_scores"``: float32 (B, top_k).
         """
+        pairs = sparse_indices(holdout)
+        # Holdout (row, item) pairs as sorted unique keys row * n_items + item, closed by a
+        # sentinel larger than any key: hits are then a binary search, no dense (B, n_items).
+        keys = np.unique(pairs[:, 0] * self.n_items + pairs[:, 1])
+        n_holdout = np.bincount(keys // self.n_items, minlength=holdout.shape[0])
         out = self._fn(tf.convert_to_tensor(scores, dtype=tf.float32),
                        tf.constant(sparse_indices(fold_in)),
-                       tf.constant(sparse_indices(holdout)))
+                       tf.constant(np.append(keys, np.iinfo(np.int64).max)),
+                       tf.constant(n_holdout.astype(np.float64)))
         return {key: value.numpy() for key, value in out.items()}
 
-    def _compute(self, scores: tf.Tensor, fold_idx: tf.Tensor, hold_idx: tf.Tensor
-                 ) -> dict[str, tf.Tensor]:
-        users = tf.shape(scores, out_type=tf.int64)[0]
+    def _compute(self, scores: tf.Tensor, fold_idx: tf.Tensor, hold_keys: tf.Tensor,
+                 n_holdout: tf.Tensor) -> dict[str, tf.Tensor]:
         finite = tf.reduce_all(tf.math.is_finite(scores))
         minus_inf = tf.fill(tf.shape(fold_idx)[:1], tf.constant(-np.inf, tf.float32))
         masked = tf.tensor_scatter_nd_update(scores, fold_idx, minus_inf)
         top_scores, top_items = tf.math.top_k(masked, k=self.k, sorted=True)
         ranked = top_scores > -np.inf
-        relevant = tf.scatter_nd(hold_idx, tf.ones(tf.shape(hold_idx)[:1], tf.float64),
-                                 tf.stack([users, tf.constant(self.n_items, tf.int64)]))
-        relevant = tf.minimum(relevant, 1.0)  # duplicate coordinates count once
-        hits = tf.gather(relevant, top_items, batch_dims=1) * tf.cast(ranked, tf.float64)
-        n_holdout = tf.reduce_sum(relevant, axis=1)
+        rows = tf.range(tf.shape(scores, out_type=tf.int64)[0])[:, None]
+        wanted = tf.reshape(rows * self.n_items + tf.cast(top_items, tf.int64), [-1])
+        found = tf.gather(hold_keys, tf.searchsorted(hold_keys, wanted)) == wanted
+        hits = tf.cast(tf.reshape(found, tf.shape(top_items)) & ranked, tf.float64)
         out = {key: self._metric(kind, k, hits, n_holdout) for key, kind, k in self.metrics}
         out["finite"] = finite
         if self.top_k is not None:
