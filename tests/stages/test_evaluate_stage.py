@@ -55,6 +55,15 @@ def test_rerun_is_identical_and_top_k_skips_fold_in(synthetic_split, cli, tmp_pa
     assert first == second
     parquet = [(tmp_path / run / "top_k.parquet").read_bytes() for run in ("a", "b")]
     assert parquet[0] == parquet[1]
+    manifests = [json.loads((tmp_path / run / "evaluate_manifest.json").read_text())
+                 for run in ("a", "b")]
+    assert manifests[0].pop("run") and manifests[1].pop("run")
+    assert manifests[0]["files"]["top_k.parquet"] == manifests[1]["files"]["top_k.parquet"]
+    for manifest in manifests:
+        manifest["files"].pop("metrics.json")  # differs in users_per_second only (above)
+    assert manifests[0] == manifests[1]
+    assert manifests[0]["parameters"] == {"subset": "val", "batch_users": 5, "export_top_k": 10,
+                                          "baselines": [], "ease_lambda": 500.0}
 
     split = load_split(split_dir)
     fold_in, holdout = split.heldout("val")

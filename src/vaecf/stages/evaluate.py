@@ -110,13 +110,20 @@ def run(config: EvaluateConfig) -> dict[str, object]:
         if main.top_k is not None:
             save_parquet(output / "top_k.parquet", _top_k_table(split, config.subset, main.top_k))
         write_manifest(output, STAGE, inputs={"split": config.split, "model": config.model},
-                       parameters=asdict(config) | {"baselines": list(config.baselines)},
+                       parameters=_parameters(config),
                        counts={"users_evaluated": main.users_evaluated,
                                "users_skipped": main.users_skipped, "n_items": split.n_items},
                        started=started)
     info(f"evaluate: ndcg_at_100 {main.metrics['ndcg_at_100'].mean:.4f} over "
          f"{main.users_evaluated:,} users ({main.users_per_second:,.0f} users/s)")
     return metrics
+
+
+def _parameters(config: EvaluateConfig) -> dict[str, object]:
+    """The flags that shape the result (inputs and output are recorded elsewhere)."""
+    chosen = asdict(config) | {"baselines": list(config.baselines)}
+    return {key: value for key, value in chosen.items()
+            if key not in ("split", "model", "output")}
 
 
 def _scorer(name: str, split: Split, config: EvaluateConfig, stack: ExitStack) -> ScoreBatch:
