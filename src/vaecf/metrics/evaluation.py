@@ -13,6 +13,7 @@ scoring baselines with the numpy engine) stays light.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -164,9 +165,7 @@ def _engine(engine: str, n_items: int, top_k: int | None) -> tuple[ChunkFn, str]
     else:
         import tensorflow as tf
 
-        from vaecf.metrics.batched import ChunkMetrics
-
-        compute = ChunkMetrics(n_items, METRICS, top_k)
+        compute = _chunk_metrics(n_items, top_k)
         gpus = tf.config.list_logical_devices("GPU")
         device = gpus[0].name if gpus else "/device:CPU:0"
 
@@ -182,6 +181,15 @@ def _engine(engine: str, n_items: int, top_k: int | None) -> tuple[ChunkFn, str]
         return out
 
     return checked, device
+
+
+@functools.lru_cache(maxsize=8)
+def _chunk_metrics(n_items: int, top_k: int | None) -> ChunkFn:
+    """The compiled TensorFlow chunk function, kept so that validating every epoch of a
+    training run traces it once."""
+    from vaecf.metrics.batched import ChunkMetrics
+
+    return ChunkMetrics(n_items, METRICS, top_k)
 
 
 def _numpy_chunk(n_items: int, top_k: int | None) -> ChunkFn:
