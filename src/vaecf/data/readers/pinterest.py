@@ -1,0 +1,63 @@
+"""Pinterest (pinterest-20 of He et al., NCF, WWW 2017): boards as users, pins as items.
+
+``pinterest-20.train.rating`` and ``pinterest-20.test.rating`` are tab-separated without a
+header: ``user<TAB>item<TAB>rating[<TAB>timestamp]``, integer ids; every row is a positive
+(the test file holds each user's left-out pin, so both files together are the full data).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+
+import numpy as np
+import pyarrow as pa
+
+from vaecf.data.readers.archive import DataFile
+from vaecf.data.readers.table import (
+    CsvLayout,
+    RawInteractions,
+    column,
+    field_count,
+    has_nulls,
+    int_field,
+    locate_error,
+    read_checked,
+)
+from vaecf.errors import VaecfError
+
+_DATA_FILE = re.compile(r"pinterest-\d+\.(train|test)\.rating")
+
+
+def is_pinterest_file(path: str) -> bool:
+    return _DATA_FILE.fullmatch(PurePosixPath(path).name) is not None
+
+
+def _layout(file: DataFile) -> CsvLayout:
+    """3 or 4 columns, as the file's first line says."""
+    with open(file.path, "rb") as handle:
+        first = handle.readline()
+    if not first.strip():
+        raise VaecfError(f"{file.label}: file is empty")
+    width = len(first.split(b"\t"))
+    if width not in (3, 4):
+        raise VaecfError(f"{file.label}: line 1: expected 3 or 4 tab-separated fields "
+                         f"(user, item, rating[, timestamp]), got {width}")
+    names = ("user", "item", "rating", "timestamp")[:width]
+
+    def check(fields: list[str]) -> str | None:
+        return field_count(fields, names) or int_field("user", fields[0]) or int_field(
+            "item", fields[1])
+
+    return CsvLayout(names=names, types={"user": pa.int64(), "item": pa.int64()},
+                     check=check, delimiter="\t", header=False)
+
+
+def read_pinterest_file(file: DataFile) -> RawInteractions:
+    layout = _layout(file)
+    table = read_checked(file, layout)
+    if has_nulls(table, ["user", "item"]):
+        raise locate_error(file, layout, "empty values")
+    return RawInteractions(user_id=column(table, "user", np.int64),
+                           item_id=column(table, "item", np.int64),
+                           value=np.ones(table.num_rows), kind="implicit", files=(file.label,))

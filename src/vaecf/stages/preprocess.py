@@ -1,0 +1,90 @@
+"""``vaecf preprocess``: raw download -> ``interactions.parquet`` of positive pairs."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from vaecf import log
+from vaecf.data.datasets import get_dataset
+from vaecf.data.preprocess import (
+    PROTOCOLS,
+    FilterConfig,
+    filter_config,
+    preprocess,
+    write_interactions,
+)
+from vaecf.data.readers import read_raw
+from vaecf.errors import VaecfError
+from vaecf.io import open_input, publish, read_manifest, write_manifest
+from vaecf.stages import new_parser, run_stage
+
+STAGE = "preprocess"
+OUTPUT_FILE = "interactions.parquet"
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    input: str
+    output: str
+    filters: FilterConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = new_parser(STAGE, "Read a downloaded dataset, convert it to implicit feedback, "
+                               "deduplicate and filter; write interactions.parquet.")
+    parser.add_argument("--input", required=True, help="output of 'vaecf download'")
+    parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
+    parser.add_argument("--protocol", default="mission",
+                        help=f"threshold preset, one of: {', '.join(PROTOCOLS)} (mission: items "
+                             ">= 5 users then users >= 5 items; paper: users >= 5 items only)")
+    parser.add_argument("--min-rating", type=float, default=None,
+                        help="a rating is positive if >= this (default 4.0, i.e. > 3.5 stars)")
+    parser.add_argument("--min-user-items", type=int, default=None,
+                        help="drop users with fewer items (default: from the protocol, 5)")
+    parser.add_argument("--min-item-users", type=int, default=None,
+                        help="drop items with fewer users (default: mission 5, paper 0 = off)")
+    parser.add_argument("--k-core", action="store_true",
+                        help="repeat the item and user filters until nothing changes")
+    parser.add_argument("--min-plays", type=int, default=None,
+                        help="Last.fm: a play count is positive if >= this (default 1)")
+    return parser
+
+
+def run(config: PreprocessConfig) -> None:
+    started = time.monotonic()
+    with publish(config.output) as staging, open_input(config.input) as raw_dir:
+        download = read_manifest(raw_dir, "download")
+        try:
+            dataset = get_dataset(download["dataset"])
+            names = [record["name"] for record in download["downloads"]]
+        except (KeyError, TypeError) as err:
+            raise VaecfError(f"{raw_dir}/download_manifest.json: missing field {err}") from None
+        with tempfile.TemporaryDirectory(prefix="vaecf-extract-") as scratch:
+            raw = read_raw(dataset.reader, raw_dir, names, Path(scratch))
+        log.info(f"{dataset.name}: read {len(raw.user_id):,} rows from {len(raw.files)} file(s)")
+        files_read = list(raw.files)
+        result = preprocess(raw, config.filters)
+        del raw  # the raw arrays are the largest thing in memory
+        counts, kept = result.counts, result.counts["output"]
+        log.info(f"{dataset.name}: {kept['rows']:,} positives of {kept['users']:,} users x "
+                 f"{kept['items']:,} items ({counts['duplicates']:,} duplicate pairs removed)")
+        write_interactions(staging / OUTPUT_FILE, result)
+        write_manifest(staging, STAGE, inputs={"input": config.input,
+                                               "download_files": download["files"]},
+                       parameters=asdict(config.filters), counts=counts, started=started,
+                       extra={"dataset": dataset.name, "files_read": files_read})
+
+
+def _body(args: argparse.Namespace) -> None:
+    filters = filter_config(args.protocol, min_rating=args.min_rating,
+                            min_plays=args.min_plays, min_user_items=args.min_user_items,
+                            min_item_users=args.min_item_users, k_core=args.k_core)
+    run(PreprocessConfig(input=args.input, output=args.output, filters=filters))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage(STAGE, build_parser(), argv, _body)

@@ -1,0 +1,101 @@
+"""``vaecf split``: interactions -> train/val/test users, fold_in/holdout items (NPZ + Parquet)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+import pyarrow.parquet as pq
+
+from vaecf import log
+from vaecf.data.split import SplitConfig, split_config_dict, split_interactions, write_split
+from vaecf.errors import VaecfError
+from vaecf.io import open_input, publish, read_manifest
+from vaecf.stages import new_parser, run_stage
+
+STAGE = "split"
+PROTOCOLS = ("mission", "paper")
+# Held-out users per split under the paper protocol (Liang et al. 2018, section 4.2).
+PAPER_HELDOUT_USERS = {"ml-20m": 10_000, "netflix": 40_000}
+
+
+@dataclass(frozen=True)
+class SplitStageConfig:
+    input: str
+    output: str
+    protocol: str
+    split: SplitConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = new_parser(STAGE, "Split users 86/7/7 into train/val/test (or fixed held-out "
+                               "counts for --protocol paper) and each held-out user's items "
+                               "80/20 into fold_in/holdout.")
+    parser.add_argument("--input", required=True, help="output of 'vaecf preprocess'")
+    parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
+    parser.add_argument("--seed", type=int, default=98765, help="the split's only randomness")
+    parser.add_argument("--protocol", default="mission",
+                        help="mission: fractions; paper: ml-20m 10,000 and netflix 40,000 "
+                             "held-out users per split (other datasets: 7%%)")
+    parser.add_argument("--val-fraction", type=float, default=0.07, help="share of val users")
+    parser.add_argument("--test-fraction", type=float, default=0.07, help="share of test users")
+    parser.add_argument("--heldout-users", type=int, default=None,
+                        help="users in val and in test each (overrides the fractions)")
+    parser.add_argument("--holdout-fraction", type=float, default=0.2,
+                        help="share of a held-out user's items in the holdout")
+    return parser
+
+
+def heldout_users(protocol: str, dataset: str, given: int | None) -> int | None:
+    """The fixed held-out count, if any: the flag, else the paper's count for ``dataset``.
+
+    Datasets the paper did not use (and ``mission``) hold out the fractions instead.
+    """
+    if given is not None:
+        if given < 1:
+            raise VaecfError(f"--heldout-users: must be >= 1, got {given}")
+        return given
+    return PAPER_HELDOUT_USERS.get(dataset) if protocol == "paper" else None
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    if args.protocol not in PROTOCOLS:
+        raise VaecfError(f"--protocol: unknown protocol '{args.protocol}' "
+                         f"(one of: {', '.join(PROTOCOLS)})")
+    for flag, value in (("--val-fraction", args.val_fraction),
+                        ("--test-fraction", args.test_fraction),
+                        ("--holdout-fraction", args.holdout_fraction)):
+        if not 0.0 < value < 1.0:
+            raise VaecfError(f"{flag}: must be between 0 and 1, got {value}")
+    if args.val_fraction + args.test_fraction >= 1.0:
+        raise VaecfError("--val-fraction + --test-fraction: must be below 1")
+
+
+def run(input_uri: str, output: str, protocol: str, args: argparse.Namespace) -> None:
+    started = time.monotonic()
+    with publish(output) as staging, open_input(input_uri) as source:
+        manifest = read_manifest(source, "preprocess")
+        dataset = str(manifest.get("dataset", "unknown"))
+        config = SplitStageConfig(input_uri, output, protocol, SplitConfig(
+            seed=args.seed, val_fraction=args.val_fraction, test_fraction=args.test_fraction,
+            heldout_users=heldout_users(protocol, dataset, args.heldout_users),
+            holdout_fraction=args.holdout_fraction))
+        interactions = pq.read_table(source / "interactions.parquet").to_pandas()
+        result = split_interactions(interactions, config.split)
+        written = write_split(result, staging,
+                              inputs={"input": input_uri, "preprocess_files": manifest["files"]},
+                              parameters={"protocol": protocol,
+                                          **split_config_dict(config.split)},
+                              started=started, dataset=dataset)
+        log.info(f"split: {written['n_users']} users, {written['n_items']:,} items "
+                 f"(seed {config.split.seed})")
+
+
+def _body(args: argparse.Namespace) -> None:
+    _check_flags(args)
+    run(args.input, args.output, args.protocol, args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage(STAGE, build_parser(), argv, _body)
