@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             if not any(run["status"] == "ok" for run in result["runs"]):
                 first = result["runs"][0]
                 raise VaecfError(f"every benchmark run failed; first: {first['name']}: "
-                                 f"{first['error']} (see runs/{first['name']}/train.out)")
+                                 f"{first['error']}")
             (staging / "benchmark.json").write_text(json.dumps(result, indent=2) + "\n")
             write_manifest(staging, STAGE, inputs={"split": args.split},
                            parameters={k: v for k, v in vars(args).items() if k != "output"},

@@ -117,9 +117,7 @@ def run_one(config: BenchmarkConfig, split_dir: Path, shape: dict[str, Any], run
         except subprocess.TimeoutExpired:
             return run | {"error": f"timed out after {RUN_TIMEOUT_SECONDS} s"}
     if done.returncode != 0:
-        lines = (run_dir / "train.out").read_text(errors="replace").strip().splitlines()
-        errors = [line for line in lines if "error" in line.lower()] or lines or ["no output"]
-        return run | {"error": f"exit {done.returncode}: {errors[-1][-300:]}"}
+        return run | {"error": f"exit {done.returncode}: {_error_line(run_dir / 'train.out')}"}
     entries = [json.loads(line) for line in
                (run_dir / "model" / "train_log.jsonl").read_text().splitlines() if line.strip()]
     try:
@@ -129,6 +127,15 @@ def run_one(config: BenchmarkConfig, split_dir: Path, shape: dict[str, Any], run
     hidden, latent, padded = _model_shape(run_dir, shape["n_items"])
     return run | stats | {"status": "ok", "hidden": hidden, "latent": latent,
                           "n_items_padded": padded}
+
+
+def _error_line(output: Path) -> str:
+    """The trainer's own one-line error (from any rank), else the last line mentioning one."""
+    lines = output.read_text(errors="replace").strip().splitlines() or ["no output"]
+    for line in lines:
+        if "vaecf train: error:" in line:
+            return line[line.index("vaecf train: error:"):][:300]
+    return ([line for line in lines if "error" in line.lower()] or lines)[-1][-300:]
 
 
 def _run_env(world_size: int) -> dict[str, str]:

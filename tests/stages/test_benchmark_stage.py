@@ -1,0 +1,90 @@
+"""``vaecf benchmark``: real ``vaecf train`` runs (one process and ``horovodrun -np 2``) on a
+tiny synthetic split produce ``benchmark.json``, and the report renders it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vaecf.cli import build_parser
+from vaecf.train.benchmark import BenchmarkConfig, train_command
+
+RUN_FIELDS = {"precision", "world_size", "batch_size", "repeat", "status", "users_per_second",
+              "steps_per_second", "epoch_seconds", "input_share", "time_to_target_seconds",
+              "bound_fraction", "bound_users_per_second", "measured_epochs", "measured_steps"}
+
+
+def _config(**changes: object) -> BenchmarkConfig:
+    values: dict[str, object] = dict(
+        split=None, precisions=("fp32",), world_sizes=(1,), batch_sizes=(64,), steps=3,
+        epochs=None, repeats=1, target_ndcg=None, synthetic_users=300, synthetic_items=150,
+        seed=0)
+    values.update(changes)
+    return BenchmarkConfig(**values)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("changes", [{}, {"steps": None, "epochs": 2, "target_ndcg": 0.1}])
+def test_train_command_uses_flags_train_accepts(tmp_path: Path, changes: dict) -> None:
+    command = train_command(_config(**changes), tmp_path / "split", tmp_path / "run",
+                            "mixed_bfloat16", 2, 64)
+    assert command[:4] == [str(Path(command[4]).parent / "horovodrun"), "-np", "2", "--gloo"]
+    args = build_parser("train").parse_args(command[command.index("train") + 1:])
+    assert (args.precision, args.batch_size, args.expect_world_size) == ("mixed_bfloat16", 64, 2)
+    if changes:  # one warm-up epoch + 2 measured, validated every epoch for the target
+        assert (args.epochs, args.validate_every, args.steps_per_epoch) == (3, 1, None)
+    else:  # one warm-up epoch + one measured epoch of 3 steps
+        assert (args.epochs, args.steps_per_epoch) == (2, 3)
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_benchmark_runs_the_trainer_and_the_report_renders_it(cli, tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    code, _, err = cli("benchmark", "--output", out, "--precisions", "fp32",
+                       "--world-sizes", "1", "2", "--batch-sizes", "64", "--steps", "3",
+                       "--synthetic-users", "400", "--synthetic-items", "150")
+    assert code == 0, err
+    bench = json.loads((out / "benchmark.json").read_text())
+    assert [(r["world_size"], r["status"]) for r in bench["runs"]] == [(1, "ok"), (2, "ok")], (
+        [r.get("error") for r in bench["runs"]])
+    for run in bench["runs"]:
+        assert set(run) >= RUN_FIELDS
+        assert run["measured_epochs"] == 1 and run["measured_steps"] == 3
+        assert run["users_per_second"] > 0 and 0 <= run["input_share"] <= 1
+        assert run["bound_fraction"] == pytest.approx(
+            run["users_per_second"] / run["bound_users_per_second"])
+        log = (out / "runs" / run["name"] / "train_log.jsonl").read_text().splitlines()
+        assert len(log) == 2  # warm-up + measured epoch
+    (single, double) = bench["configs"]
+    assert single["users_per_second"]["median"] == bench["runs"][0]["users_per_second"]
+    assert bench["split"]["synthetic"] and bench["split"]["n_items"] <= 150
+    assert bench["compute_bound"]["matmul_flops_per_second"]["fp32"] > 0
+    assert {"cpu_model", "cpu_cores", "gpu_count", "tensorflow", "keras", "horovod",
+            "cuda"} <= set(bench["fingerprint"])
+    assert (out / "benchmark_manifest.json").is_file()
+
+    code, _, err = cli("report", "--output", tmp_path / "report", "--benchmark",
+                       out / "benchmark.json")
+    assert code == 0, err
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    (scaled,) = [s for s in report["speed"]["scaling"] if s["world_size"] == 2]
+    expected = double["users_per_second"]["median"] / single["users_per_second"]["median"]
+    assert scaled["speedup"] == pytest.approx(expected)
+    assert f"{expected:.2f}x" in (tmp_path / "report" / "report.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_every_run_failing_is_an_error_and_writes_nothing(cli, tmp_path: Path,
+                                                          synthetic_split) -> None:
+    out = tmp_path / "bench"
+    # a global batch of 3 cannot be shared by 2 processes: the trainer refuses it
+    code, _, err = cli("benchmark", "--split", synthetic_split(), "--output", out,
+                       "--precisions", "fp32", "--world-sizes", "2", "--batch-sizes", "3",
+                       "--steps", "2")
+    assert code == 1
+    assert "every benchmark run failed; first: fp32-np2-b3-r0: exit" in err
+    assert "--batch-size 3" in err
+    assert not out.exists()
