@@ -41,7 +41,8 @@ def api_client() -> Any:
             configuration = client.Configuration()
             config.load_incluster_config(client_configuration=configuration)
             return client.ApiClient(configuration)
-        return config.new_client_from_config()
+        # Read $KUBECONFIG now: the client reads it once, when it is first imported.
+        return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
     except config.ConfigException as err:
         raise VaecfError(f"no Kubernetes credentials: {err}") from err
 
@@ -100,16 +101,20 @@ class MPIJobRun:
         return f"mpijob {self.namespace}/{self.name}"
 
     def exists(self) -> bool:
+        return bool(self._get(missing_ok=True))
+
+    def _get(self, missing_ok: bool = False) -> dict[str, Any]:
+        """The job as the API server has it; ``{}`` if absent and ``missing_ok``."""
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self._custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL,
-                                                      self.name)
+            job: dict[str, Any] = self._custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, self.name)
         except ApiException as err:
-            if err.status == 404:
-                return False
+            if err.status == 404 and missing_ok:
+                return {}
             raise VaecfError(f"{self.ref}: get failed: HTTP {err.status} {err.reason}") from err
-        return True
+        return job
 
     def create_or_attach(self, body: dict[str, Any]) -> bool:
         """Create the job; if it exists already (a retried step), attach to it.
@@ -170,12 +175,15 @@ class MPIJobRun:
                     self._follow_launcher_log()
                     if finished is not None:
                         return self._finish(*finished)
-            except (ApiException, ProtocolError) as err:  # 410 Gone, dropped connection
+            except ProtocolError as err:  # a dropped connection: watch again
                 log.info(f"{self.ref}: watch interrupted ({err}); watching again")
-            job = self._custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace,
-                                                            PLURAL, self.name)
-            if (finished := terminal_condition(job)) is not None:
+            except ApiException as err:
+                if err.status != 410:  # 410 Gone: resource version too old, watch again
+                    raise VaecfError(f"{self.ref}: watch failed: HTTP {err.status} "
+                                     f"{err.reason}") from err
+            if (finished := terminal_condition(self._get())) is not None:
                 return self._finish(*finished)
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
         self.delete()
         raise VaecfError(f"{self.ref} did not finish within {timeout:g} s (deleted it)")
 
