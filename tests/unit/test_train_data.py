@@ -1,0 +1,66 @@
+"""Input pipeline: sharding per (epoch, rank) and CSR rows -> sparse batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from vaecf.train import data
+
+
+def test_ranks_split_exactly_the_single_process_batches() -> None:
+    single = data.epoch_users(10, seed=3, epoch=2, steps=3, batch_size=4, world_size=1, rank=0)
+    ranks = [data.epoch_users(10, seed=3, epoch=2, steps=3, batch_size=4, world_size=2, rank=r)
+             for r in range(2)]
+    assert single.shape == (3, 4) and ranks[0].shape == (3, 2)
+    np.testing.assert_array_equal(np.concatenate(ranks, axis=1), single)
+    # one epoch = every user once, then the last batch wraps around to the start
+    assert sorted(single.ravel()[:10]) == list(range(10))
+    np.testing.assert_array_equal(single.ravel()[10:], single.ravel()[:2])
+
+
+def test_each_epoch_has_its_own_seeded_permutation() -> None:
+    def order(epoch: int, seed: int = 0) -> np.ndarray:
+        return data.epoch_users(50, seed=seed, epoch=epoch, steps=1, batch_size=50,
+                                world_size=1, rank=0)
+
+    np.testing.assert_array_equal(order(1), order(1))
+    assert not np.array_equal(order(1), order(2))
+    assert not np.array_equal(order(1), order(1, seed=1))
+
+
+def test_steps_per_epoch() -> None:
+    assert data.steps_per_epoch(10, 4, None) == 3
+    assert data.steps_per_epoch(8, 4, None) == 2
+    assert data.steps_per_epoch(10, 4, 7) == 7
+
+
+def test_batches_are_the_csr_rows_padded_with_zero_entries() -> None:
+    matrix = sp.csr_matrix(np.array([[1, 0, 1, 0], [0, 0, 0, 0], [0, 1, 1, 1]], np.float32))
+    maker = data.BatchMaker(matrix, granule=4)
+    users = np.array([[2, 0], [1, 2]], np.int64)
+    batches = list(data.dataset(maker, users))
+    first = batches[0]
+    assert first.rows.shape == (8,)  # 5 entries padded to a multiple of 4
+    np.testing.assert_array_equal(first.rows.numpy()[:5], [0, 0, 0, 1, 1])
+    np.testing.assert_array_equal(first.item_idx.numpy()[:5], [1, 2, 3, 0, 2])
+    np.testing.assert_array_equal(first.values.numpy(), [1, 1, 1, 1, 1, 0, 0, 0])
+    np.testing.assert_array_equal(first.user_idx.numpy(), [2, 0])
+    second = batches[1]  # an empty user: its row simply has no entries
+    np.testing.assert_array_equal(second.rows.numpy()[:3], [1, 1, 1])
+    assert second.values.numpy().sum() == 3.0
+
+
+def test_pad_granule_is_a_power_of_two_near_a_32nd_of_a_batch() -> None:
+    matrix = sp.random(1000, 20000, density=73 / 20000, format="csr", random_state=0)
+    granule = data.pad_granule(matrix, 2048)
+    assert granule & (granule - 1) == 0
+    assert 2048 * 73 / 64 <= granule <= 2048 * 73 / 32
+
+
+def test_csr_batch_keeps_rows_in_order() -> None:
+    rows = sp.csr_matrix(np.array([[0, 1, 1], [1, 0, 0]], np.float32))
+    batch = data.csr_batch(rows)
+    np.testing.assert_array_equal(batch.rows.numpy(), [0, 0, 1])
+    np.testing.assert_array_equal(batch.item_idx.numpy(), [1, 2, 0])
+    np.testing.assert_array_equal(batch.user_idx.numpy(), [0, 1])

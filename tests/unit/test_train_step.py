@@ -1,0 +1,50 @@
+"""The training step's float16 path: an overflow is skipped and the loss scale halves."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from vaecf.model import MultVAE, SparseBatch
+from vaecf.train import horovod as dist
+from vaecf.train.config import TrainConfig
+
+
+def run_steps(optimizer: keras.optimizers.Optimizer, steps: int) -> tuple[list[bool], MultVAE,
+                                                                          list[np.ndarray]]:
+    config = TrainConfig(split="", output="", checkpoint_dir="", precision="mixed_float16",
+                         hidden=16, latent=4, anneal_steps=0)
+    model = MultVAE(40, hidden=16, latent=4, policy="mixed_float16")
+    model.build_variables()
+    optimizer.build(model.trainable_variables)
+    before = [w.copy() for w in model.get_weights()]
+    runtime = dist.Runtime(rank=0, size=1, local_rank=0, hosts=1, hvd=None)
+    step = dist.make_train_step(model, optimizer, config, runtime)
+    batch = SparseBatch(tf.constant([0, 0, 1], tf.int64), tf.constant([1, 5, 7], tf.int64),
+                        tf.ones([3]), tf.constant([0, 1], tf.int64))
+    finite = [bool(step(batch, tf.constant(i, tf.int64))[1]) for i in range(steps)]
+    return finite, model, before
+
+
+def test_overflowing_float16_step_is_skipped_and_the_scale_halves() -> None:
+    # A loss scale of 2**40 overflows float16 gradients (max 65504) whatever the batch.
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(1e-3),
+                                                    initial_scale=2.0 ** 40)
+    finite, model, before = run_steps(optimizer, 1)
+    assert finite == [False]
+    assert float(optimizer.dynamic_scale.numpy()) == 2.0 ** 39
+    assert int(optimizer.inner_optimizer.iterations.numpy()) == 0
+    for old, new in zip(before, model.get_weights(), strict=True):
+        np.testing.assert_array_equal(old, new)  # the skipped step changed nothing
+
+
+def test_scale_falls_until_steps_apply() -> None:
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(1e-3),
+                                                    initial_scale=2.0 ** 40)
+    finite, model, before = run_steps(optimizer, 40)
+    skipped = finite.count(False)
+    assert not finite[0] and finite[-1] and 20 <= skipped < 40
+    assert float(optimizer.dynamic_scale.numpy()) == 2.0 ** (40 - skipped)  # halved per skip
+    assert int(optimizer.inner_optimizer.iterations.numpy()) == 40 - skipped
+    assert not np.array_equal(before[-1], model.get_weights()[-1])
