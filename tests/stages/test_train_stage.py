@@ -50,7 +50,7 @@ def test_loss_decreases_and_val_ndcg_clearly_beats_popularity(trained) -> None:
 
 
 def test_output_matches_the_contract(trained) -> None:
-    split, output = trained
+    _, output = trained
     record = read_log(output)[0]
     assert set(record) == {"epoch", "step", "loss", "nll", "kl", "beta", "epoch_seconds",
                            "users_per_second", "input_seconds", "input_share",
