@@ -41,7 +41,8 @@ def read_header(file: DataFile) -> tuple[str, ...]:
     if not first:
         raise VaecfError(f"{file.label}: file is empty")
     try:
-        names = tuple(first.decode("utf-8").strip().split(","))
+        # Quoted names ("userId") are accepted: some CSV writers quote the header only.
+        names = tuple(name.strip('"') for name in first.decode("utf-8").strip().split(","))
     except UnicodeDecodeError:
         raise VaecfError(f"{file.label}: line 1: header bytes are not UTF-8") from None
     for name in REQUIRED:
