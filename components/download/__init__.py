@@ -1,0 +1,5 @@
+"""KFP component of `vaecf download`."""
+
+from components.download.component import download
+
+__all__ = ["download"]

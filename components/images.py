@@ -1,0 +1,59 @@
+"""The pipeline's container images, in one place.
+
+Three images, one per dependency set (``docker/``): ``data`` (download, preprocess, split,
+report), ``train`` (TensorFlow + Horovod + OpenMPI: the MPIJob and evaluate) and ``launcher``
+(the train step that runs ``vaecf launch-mpijob``). ``make pipeline`` sets the registry and
+tag, and pins images by digest when ``make push`` has recorded them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NAMES = ("data", "train", "launcher")
+DEFAULT_REGISTRY = "ghcr.io/vaecf"
+DEFAULT_TAG = "0.1.0"
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Images:
+    """Image references: ``<registry>/vaecf-<name>:<tag>``, or ``...@sha256:...`` if pinned."""
+
+    registry: str = DEFAULT_REGISTRY
+    tag: str = DEFAULT_TAG
+    digests: dict[str, str] = field(default_factory=dict)
+
+    def ref(self, name: str) -> str:
+        if name not in NAMES:
+            raise ValueError(f"unknown image {name!r} (one of {', '.join(NAMES)})")
+        repository = f"{self.registry.rstrip('/')}/vaecf-{name}"
+        digest = self.digests.get(name)
+        return f"{repository}@{digest}" if digest else f"{repository}:{self.tag}"
+
+    @property
+    def data(self) -> str:
+        return self.ref("data")
+
+    @property
+    def train(self) -> str:
+        return self.ref("train")
+
+    @property
+    def launcher(self) -> str:
+        return self.ref("launcher")
+
+
+def load_digests(path: Path) -> dict[str, str]:
+    """``{"data": "sha256:...", ...}`` as written by ``make push`` (``build/digests.json``)."""
+    digests = json.loads(path.read_text())
+    for name, digest in digests.items():
+        if name not in NAMES or not _DIGEST.match(digest):
+            raise ValueError(f"{path}: {name}: expected one of {NAMES} -> sha256:<64 hex>")
+    return dict(digests)
+
+
+DEFAULT = Images()

@@ -1,0 +1,5 @@
+"""KFP component of `vaecf preprocess`."""
+
+from components.preprocess.component import preprocess
+
+__all__ = ["preprocess"]

@@ -1,0 +1,5 @@
+"""KFP component of `vaecf train`."""
+
+from components.train.component import train
+
+__all__ = ["train"]

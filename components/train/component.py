@@ -1,0 +1,42 @@
+"""The train step: ``vaecf launch-mpijob`` runs ``vaecf train`` as a Horovod MPIJob.
+
+The step's own pod only launches and watches (CPU); the GPUs belong to the MPIJob's workers,
+so GPU settings are the ``--workers``/``--gpus-per-worker`` flags, not this pod's resources.
+"""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Model, Output
+
+from components.images import DEFAULT
+
+
+@dsl.container_component
+def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image: str,
+          s3_bucket: str, s3_prefix: str, workers: int = 2, gpus_per_worker: int = 1,
+          epochs: int = 100, batch_size: int = 500, precision: str = "mixed_float16",
+          seed: int = 98765, s3_secret: str = "vaecf-s3",
+          timeout_seconds: int = 172800) -> dsl.ContainerSpec:
+    """Train Mult-VAE on ``workers`` x ``gpus_per_worker`` GPUs and publish the model.
+
+    Args:
+      split: output of ``split``; staged to ``s3://<bucket>/<prefix>/<job>/split``.
+      model: the trained model directory (``saved_model/``, ``train_log.jsonl``, manifest).
+      run_id: the pipeline run's id; the MPIJob's name is derived from it, so a retried
+        step attaches to the job its first attempt created.
+      train_image: image of the MPIJob's launcher and workers.
+      s3_bucket: bucket the MPIJob's pods read the split from and write the model to.
+      s3_prefix: key prefix inside ``s3_bucket``.
+      s3_secret: Secret with the S3 credentials, passed to the MPIJob by reference.
+      batch_size: global batch (split across all ranks).
+      timeout_seconds: the job is deleted and the step fails after this long.
+    """
+    return dsl.ContainerSpec(
+        image=DEFAULT.launcher,
+        command=["vaecf", "launch-mpijob"],
+        args=["--split", split.path, "--output", model.path,
+              "--store", dsl.ConcatPlaceholder(["s3://", s3_bucket, "/", s3_prefix]),
+              "--run-id", run_id, "--image", train_image,
+              "--workers", workers, "--gpus-per-worker", gpus_per_worker,
+              "--epochs", epochs, "--batch-size", batch_size, "--precision", precision,
+              "--seed", seed, "--secret-name", s3_secret, "--timeout", timeout_seconds],
+    )

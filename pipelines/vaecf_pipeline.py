@@ -1,0 +1,110 @@
+"""The vaecf pipeline: download -> preprocess -> split -> train (MPIJob) -> evaluate -> report.
+
+Compile it with ``make pipeline`` (or ``python -m pipelines.vaecf_pipeline --output FILE``),
+then ``kfp run create -e vaecf -r my-run -f build/vaecf_pipeline.yaml dataset=ml-20m ...``.
+Names that differ per run (the MPIJob's) are derived from the run id inside the running step,
+so the compiled file holds no timestamp, uuid or namespace.
+"""
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
+
+from kfp import compiler, dsl, kubernetes
+
+from components.download import download
+from components.evaluate import evaluate
+from components.images import DEFAULT, DEFAULT_REGISTRY, DEFAULT_TAG, Images, load_digests
+from components.preprocess import preprocess
+from components.report import report
+from components.split import split
+from components.train import train
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_NODE_LABEL = ("nvidia.com/gpu.present", "true")  # set by NVIDIA's GPU operator
+S3_ENV = {name: name for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                  "AWS_ENDPOINT_URL")}
+
+
+def use_gpus(task: dsl.PipelineTask, count: int) -> dsl.PipelineTask:
+    """Run ``task`` on ``count`` NVIDIA GPUs, on a GPU node, tolerating its taint."""
+    task.set_accelerator_type(GPU_RESOURCE).set_accelerator_limit(count)
+    kubernetes.add_toleration(task, key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")
+    return kubernetes.add_node_selector(task, *GPU_NODE_LABEL)
+
+
+def use_s3_credentials(task: dsl.PipelineTask, secret: Any) -> dsl.PipelineTask:
+    """S3 credentials as environment variables from a Secret, by reference (never values)."""
+    return kubernetes.use_secret_as_env(task, secret_name=secret, secret_key_to_env=S3_ENV)
+
+
+def retry_io(task: dsl.PipelineTask) -> dsl.PipelineTask:
+    """Retry a step whose failures are mostly transient (network, object storage, API)."""
+    return task.set_retry(num_retries=3, backoff_duration="60s", backoff_factor=2.0)
+
+
+def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
+    """The pipeline with its images fixed (registry and tag, or digests)."""
+
+    @dsl.pipeline(name="vaecf", description="Mult-VAE collaborative filtering: data, "
+                  "Horovod training as an MPIJob, GPU evaluation and a benchmark report.")
+    def vaecf(dataset: str = "synthetic",
+              source: Optional[str] = None,  # noqa: UP045 (kfp needs typing.Optional)
+              protocol: str = "mission", seed: int = 98765, epochs: int = 50,
+              batch_size: int = 500, precision: str = "mixed_float16", workers: int = 2,
+              gpus_per_worker: int = 1, s3_bucket: str = "vaecf", s3_prefix: str = "runs",
+              s3_secret: str = "vaecf-s3", train_image: str = images.train) -> None:
+        fetched = download(dataset=dataset, source=source, seed=seed)
+        fetched.set_container_image(images.data)
+        retry_io(use_s3_credentials(fetched, s3_secret))  # --source may be s3://
+
+        filtered = preprocess(raw=fetched.outputs["raw"], protocol=protocol)
+        filtered.set_container_image(images.data)
+
+        splitted = split(interactions=filtered.outputs["interactions"], seed=seed,
+                         protocol=protocol)
+        splitted.set_container_image(images.data)
+
+        trained = train(split=splitted.outputs["split"],
+                        run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, train_image=train_image,
+                        s3_bucket=s3_bucket, s3_prefix=s3_prefix, workers=workers,
+                        gpus_per_worker=gpus_per_worker, epochs=epochs,
+                        batch_size=batch_size, precision=precision, seed=seed,
+                        s3_secret=s3_secret)
+        trained.set_container_image(images.launcher).set_caching_options(False)
+        retry_io(use_s3_credentials(trained, s3_secret))  # re-attaches to its own MPIJob
+
+        evaluated = evaluate(split=splitted.outputs["split"], model=trained.outputs["model"])
+        use_gpus(evaluated.set_container_image(images.train), 1)
+
+        reported = report(split=splitted.outputs["split"], model=trained.outputs["model"],
+                          evaluation=evaluated.outputs["evaluation"])
+        reported.set_container_image(images.data)
+
+    return vaecf
+
+
+def compile_pipeline(output: Path, images: Images = DEFAULT) -> Path:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    compiler.Compiler().compile(build_pipeline(images), str(output))
+    return output
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.vaecf_pipeline",
+                                     description="Compile the vaecf pipeline to YAML.")
+    parser.add_argument("--output", type=Path, default=Path("build/vaecf_pipeline.yaml"))
+    parser.add_argument("--registry", default=DEFAULT_REGISTRY)
+    parser.add_argument("--tag", default=DEFAULT_TAG)
+    parser.add_argument("--digests", type=Path,
+                        help="JSON of image digests (make push); pins images by digest")
+    args = parser.parse_args(argv)
+    digests = load_digests(args.digests) if args.digests else {}
+    path = compile_pipeline(args.output, Images(args.registry, args.tag, digests))
+    print(f"compiled {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
