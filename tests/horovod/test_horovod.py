@@ -1,0 +1,105 @@
+"""``vaecf train`` under a real ``horovodrun -np 2 --gloo`` (two processes on loopback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from vaecf.cli import main
+
+pytestmark = [pytest.mark.horovod, pytest.mark.slow]
+
+BIN = Path(sys.executable).parent
+FLAGS = ["--batch-size", "100", "--hidden", "64", "--latent", "16", "--anneal-steps", "200"]
+
+
+def horovodrun(split: Path, output: Path, *flags: str) -> subprocess.Popen[str]:
+    command = [str(BIN / "horovodrun"), "-np", "2", "--gloo", str(BIN / "vaecf"), "train",
+               "--split", str(split), "--output", str(output), *FLAGS, *flags]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
+    out, _ = process.communicate(timeout=300)
+    return process.returncode, out
+
+
+def losses(output: Path) -> list[float]:
+    lines = (output / "train_log.jsonl").read_text().splitlines()
+    return [json.loads(line)["loss"] for line in lines]
+
+
+def test_two_ranks_with_global_batch_b_match_one_process(synthetic_split, tmp_path: Path
+                                                         ) -> None:
+    split = synthetic_split(n_users=600, n_items=300, seed=0)
+    code, out = finish(horovodrun(split, tmp_path / "two", "--epochs", "3",
+                                  "--expect-world-size", "2", "--expect-hosts", "1"))
+    assert code == 0, out[-3000:]
+    assert main(["train", "--split", str(split), "--output", str(tmp_path / "one"),
+                 "--epochs", "3", *FLAGS]) == 0
+    np.testing.assert_allclose(losses(tmp_path / "two"), losses(tmp_path / "one"), rtol=1e-5)
+    manifest = json.loads((tmp_path / "two" / "train_manifest.json").read_text())
+    assert manifest["world_size"] == 2
+    digests = manifest["replica_weight_sha256"]
+    assert len(digests) == 2 and digests[0] == digests[1]  # identical weights on both ranks
+    ends = [np.load(tmp_path / f"{name}-checkpoints" / "epoch-000003" / "state.npz")
+            for name in ("two", "one")]
+    for key in (k for k in ends[1].files if k.startswith("model/")):
+        np.testing.assert_allclose(ends[0][key], ends[1][key], rtol=1e-4, atol=1e-5,
+                                   err_msg=key)
+
+
+def rank_process(launcher: subprocess.Popen[str], rank: int) -> psutil.Process | None:
+    for child in psutil.Process(launcher.pid).children(recursive=True):
+        try:
+            if (child.environ().get("HOROVOD_RANK") == str(rank)
+                    and "train" in child.cmdline()):
+                return child
+        except psutil.Error:
+            continue
+    return None
+
+
+def test_rank_killed_mid_epoch_then_rerun_resumes(synthetic_split, tmp_path: Path) -> None:
+    split = synthetic_split(n_users=600, n_items=300, seed=0)
+    checkpoints = tmp_path / "model-checkpoints"
+    flags = ("--epochs", "4", "--steps-per-epoch", "300", "--validate-every", "4")
+    launcher = horovodrun(split, tmp_path / "model", *flags)
+    deadline = time.monotonic() + 240
+    while not (checkpoints / "epoch-000001").is_dir():
+        assert launcher.poll() is None and time.monotonic() < deadline, "no checkpoint"
+        time.sleep(0.2)
+    victim = rank_process(launcher, 1)
+    assert victim is not None
+    victim.send_signal(signal.SIGKILL)
+    code, out = finish(launcher)
+    assert code != 0, out[-3000:]
+    assert not (tmp_path / "model").exists()
+    kept = sorted(p.name for p in checkpoints.iterdir() if p.name.startswith("epoch-"))
+    assert kept and kept[-1] != "epoch-000004"
+    code, out = finish(horovodrun(split, tmp_path / "model", *flags))
+    assert code == 0, out[-3000:]
+    assert f"resuming from checkpoint {kept[-1]}" in out
+    log = [json.loads(line) for line in
+           (tmp_path / "model" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in log] == [1, 2, 3, 4]
+    assert [r["step"] for r in log] == [300, 600, 900, 1200]
+
+
+def test_wrong_expected_world_size_fails_on_every_rank(synthetic_split, tmp_path: Path) -> None:
+    split = synthetic_split(n_users=600, n_items=300, seed=0)
+    code, out = finish(horovodrun(split, tmp_path / "model", "--expect-world-size", "3"))
+    assert code != 0
+    assert ("vaecf train: error: --expect-world-size 3: this job has 2 process(es)" in out)
+    assert not (tmp_path / "model").exists()
