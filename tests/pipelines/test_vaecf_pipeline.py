@@ -1,0 +1,242 @@
+"""The compiled pipeline, compiled by the real KFP compiler and read back as YAML.
+
+The golden file ``vaecf_pipeline.golden.yaml`` is the compile with default images; after an
+intended change regenerate it with
+``.venv/bin/python -m pipelines.vaecf_pipeline --output tests/pipelines/vaecf_pipeline.golden.yaml``
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.images import Images
+from pipelines.vaecf_pipeline import compile_pipeline
+from vaecf.cli import build_parser
+from vaecf.k8s import kfp_report
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).with_name("vaecf_pipeline.golden.yaml")
+ORDER = ["download", "preprocess", "split", "train", "evaluate", "report"]
+RUN_ID = "0d6c1f0e-3b1a-4c55-9a51-b2a3f40e5a77"  # what KFP puts in {{$.pipeline_job_uuid}}
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any],
+                                                                 dict[str, Any]]:
+    path = compile_pipeline(tmp_path_factory.mktemp("pipeline") / "vaecf.yaml")
+    text = path.read_text()
+    spec, platform = yaml.safe_load_all(text)
+    return text, spec, platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+
+
+def tasks(spec: dict[str, Any]) -> dict[str, Any]:
+    return dict(spec["root"]["dag"]["tasks"])
+
+
+def container(spec: dict[str, Any], task: str) -> dict[str, Any]:
+    return dict(spec["deploymentSpec"]["executors"][f"exec-{task}"]["container"])
+
+
+def test_six_tasks_run_in_pipeline_order(compiled) -> None:
+    _, spec, _ = compiled
+    graph = {name: sorted(task.get("dependentTasks", [])) for name, task in tasks(spec).items()}
+    assert graph == {"download": [], "preprocess": ["download"], "split": ["preprocess"],
+                     "train": ["split"], "evaluate": ["split", "train"],
+                     "report": ["evaluate", "split", "train"]}
+    done: list[str] = []
+    while len(done) < len(graph):  # the only topological order
+        ready = [n for n, deps in graph.items() if n not in done and set(deps) <= set(done)]
+        assert len(ready) == 1, ready
+        done += ready
+    assert done == ORDER
+
+
+def test_images_and_commands(compiled) -> None:
+    _, spec, _ = compiled
+    default = Images()
+    expected = {"download": (default.data, ["vaecf", "download"]),
+                "preprocess": (default.data, ["vaecf", "preprocess"]),
+                "split": (default.data, ["vaecf", "split"]),
+                "train": (default.launcher, ["vaecf", "launch-mpijob"]),
+                "evaluate": (default.train, ["vaecf", "evaluate"]),
+                "report": (default.data, ["python", "-m", "vaecf.k8s.kfp_report"])}
+    for task, (image, command) in expected.items():
+        assert (container(spec, task)["image"], container(spec, task)["command"]) == (
+            image, command), task
+    assert default.data == "ghcr.io/vaecf/vaecf-data:0.1.0"
+
+
+def resolve(arg: Any, values: dict[str, Any], artifacts: dict[str, str]) -> list[str]:
+    """One compiled argument as the KFP backend would expand it (IfPresent, Concat)."""
+    if isinstance(arg, str) and arg.startswith('{"'):
+        node = json.loads(arg)
+        if "IfPresent" in node:
+            present = values.get(node["IfPresent"]["InputName"]) is not None
+            return [x for a in node["IfPresent"]["Then"] for x in resolve(a, values,
+                                                                             artifacts)] \
+                if present else []
+        return ["".join(x for a in node["Concat"] for x in resolve(a, values, artifacts))]
+    text = re.sub(r"\{\{\$\.inputs\.parameters\['(\w+)'\]\}\}",
+                  lambda m: str(values[m.group(1)]), str(arg))
+    text = re.sub(r"\{\{\$\.(?:inputs|outputs)\.artifacts\['(\w+)'\]\.path\}\}",
+                  lambda m: artifacts[m.group(1)], text)
+    return [text.replace("{{$}}", '{"outputs": {}}')]
+
+
+def task_values(spec: dict[str, Any], task: str) -> dict[str, Any]:
+    """Each input parameter's value in a run with the pipeline's defaults."""
+    root = spec["root"]["inputDefinitions"]["parameters"]
+    component = spec["components"][f"comp-{task}"]["inputDefinitions"].get("parameters", {})
+    values = {name: p.get("defaultValue") for name, p in component.items()}
+    for name, source in tasks(spec)[task]["inputs"].get("parameters", {}).items():
+        if "componentInputParameter" in source:
+            values[name] = root[source["componentInputParameter"]].get("defaultValue")
+        else:
+            values[name] = source["runtimeValue"]["constant"].replace(
+                "{{$.pipeline_job_uuid}}", RUN_ID)
+    for name, value in values.items():
+        if component.get(name, {}).get("parameterType") == "NUMBER_INTEGER" and value:
+            values[name] = int(value)
+    return values
+
+
+def command_line(spec: dict[str, Any], task: str, **override: Any) -> list[str]:
+    values = {**task_values(spec, task), **override}
+    artifacts = {"raw": "/kfp/raw", "interactions": "/kfp/interactions", "split": "/kfp/split",
+                 "model": "/kfp/model", "evaluation": "/kfp/evaluation",
+                 "report": "/kfp/report", "markdown": "/kfp/report.md",
+                 "html": "/kfp/report.html", "metrics": "/kfp/metrics"}
+    args = container(spec, task)["args"]
+    return [x for arg in args for x in resolve(arg, values, artifacts)]
+
+
+@pytest.mark.parametrize("task", ["download", "preprocess", "split", "train", "evaluate"])
+def test_every_flag_parses_with_the_real_cli(compiled, task) -> None:
+    _, spec, _ = compiled
+    stage = container(spec, task)["command"][1]
+    args = build_parser(stage).parse_args(command_line(spec, task))
+    if task == "download":
+        assert (args.dataset, args.source, args.seed) == ("synthetic", None, 98765)
+        with_source = command_line(spec, task, source="s3://vaecf/raw/ml-20m.zip")
+        assert build_parser(stage).parse_args(with_source).source == "s3://vaecf/raw/ml-20m.zip"
+    if task == "train":
+        assert (args.store, args.run_id, args.workers, args.gpus_per_worker) == (
+            "s3://vaecf/runs", RUN_ID, 2, 1)
+        assert (args.epochs, args.batch_size, args.precision, args.secret_name) == (
+            50, 500, "mixed_float16", "vaecf-s3")
+        assert args.image == Images().train and args.output == "/kfp/model"
+    if task == "evaluate":
+        assert (args.split, args.model, args.output) == ("/kfp/split", "/kfp/model",
+                                                         "/kfp/evaluation")
+
+
+def test_report_flags_parse_with_both_real_parsers(compiled) -> None:
+    _, spec, _ = compiled
+    args = kfp_report.build_parser().parse_args(command_line(spec, "report"))
+    assert (args.markdown, args.html) == (Path("/kfp/report.md"), Path("/kfp/report.html"))
+    assert json.loads(args.executor_input) == {"outputs": {}}
+    report = build_parser("report").parse_args(args.report_args)
+    assert (report.output, report.train_log, report.metrics) == (
+        "/kfp/report", "/kfp/model/train_log.jsonl", "/kfp/evaluation/metrics.json")
+    assert report.manifests == ["/kfp/split", "/kfp/model", "/kfp/evaluation"]
+
+
+def test_gpus_on_evaluate_and_through_the_mpijob_on_train(compiled) -> None:
+    _, spec, platform = compiled
+    accelerator = container(spec, "evaluate")["resources"]["accelerator"]
+    assert (accelerator["resourceType"], accelerator["resourceCount"]) == ("nvidia.com/gpu",
+                                                                           "1")
+    assert platform["exec-evaluate"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert platform["exec-evaluate"]["nodeSelector"] == {
+        "labels": {"nvidia.com/gpu.present": "true"}}
+    # The train step's pod only watches; its GPUs are the MPIJob workers', set by flags.
+    assert "resources" not in container(spec, "train")
+    wired = tasks(spec)["train"]["inputs"]["parameters"]
+    assert wired["gpus_per_worker"] == {"componentInputParameter": "gpus_per_worker"}
+    assert wired["workers"] == {"componentInputParameter": "workers"}
+
+
+def test_s3_credentials_by_secret_reference_only(compiled) -> None:
+    text, spec, platform = compiled
+    for task in ("download", "train"):
+        (secret,) = platform[f"exec-{task}"]["secretAsEnv"]
+        assert secret["secretNameParameter"] == {"componentInputParameter": "s3_secret"}
+        assert {e["envVar"]: e["secretKey"] for e in secret["keyToEnv"]} == {
+            "AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY",
+            "AWS_ENDPOINT_URL": "AWS_ENDPOINT_URL"}
+    assert {t for t, p in platform.items() if "secretAsEnv" in p} == {"exec-download",
+                                                                      "exec-train"}
+    assert all("env" not in container(spec, task) for task in ORDER)
+    mentions = [line.strip() for line in text.splitlines() if "AWS_" in line]
+    assert len(mentions) == 12  # 3 keys x (envVar, secretKey) x 2 tasks, names only
+    assert all(re.fullmatch(r"(- envVar|secretKey): AWS_[A-Z_]+", m) for m in mentions)
+    assert "password" not in text.lower() and "testing" not in text
+
+
+def test_retries_on_io_steps_and_no_cache_for_training(compiled) -> None:
+    _, spec, _ = compiled
+    retried = {name for name, task in tasks(spec).items() if "retryPolicy" in task}
+    assert retried == {"download", "train"}
+    assert tasks(spec)["download"]["retryPolicy"]["maxRetryCount"] == 3
+    caching = {name: task["cachingOptions"].get("enableCache", False)
+               for name, task in tasks(spec).items()}
+    assert caching == {name: name != "train" for name in ORDER}
+
+
+def test_nothing_run_specific_is_baked_in(compiled) -> None:
+    text, spec, _ = compiled
+    uuid = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    assert not re.search(uuid, text)
+    assert not re.search(r"\b20\d\d-\d\d-\d\d[T ]\d\d:\d\d", text)
+    assert not re.search(r"\b1[6-9]\d{8}\b", text)  # epoch seconds
+    assert "namespace" not in text
+    assert tasks(spec)["train"]["inputs"]["parameters"]["run_id"] == {
+        "runtimeValue": {"constant": "{{$.pipeline_job_uuid}}"}}
+
+
+def test_golden_equals_a_fresh_compile(compiled, tmp_path) -> None:
+    text, _, _ = compiled
+    again = compile_pipeline(tmp_path / "again.yaml").read_text()
+    assert again == text
+    assert GOLDEN.read_text() == text, f"regenerate {GOLDEN.name} (see module docstring)"
+
+
+def test_compile_entry_point_pins_images_by_digest(tmp_path) -> None:
+    digests = tmp_path / "digests.json"
+    digests.write_text(json.dumps({"train": DIGEST, "launcher": DIGEST}))
+    output = tmp_path / "pinned.yaml"
+    subprocess.run([sys.executable, "-m", "pipelines.vaecf_pipeline", "--output", str(output),
+                    "--registry", "registry.example/ml", "--tag", "1.2.3",
+                    "--digests", str(digests)], cwd=ROOT, check=True, capture_output=True)
+    spec = next(yaml.safe_load_all(output.read_text()))
+    assert container(spec, "download")["image"] == "registry.example/ml/vaecf-data:1.2.3"
+    assert container(spec, "train")["image"] == f"registry.example/ml/vaecf-launcher@{DIGEST}"
+    assert container(spec, "evaluate")["image"] == f"registry.example/ml/vaecf-train@{DIGEST}"
+    train_image = spec["root"]["inputDefinitions"]["parameters"]["train_image"]
+    assert train_image["defaultValue"] == f"registry.example/ml/vaecf-train@{DIGEST}"
+
+
+def test_components_and_pipelines_import_only_stdlib_and_kfp() -> None:
+    allowed = set(sys.stdlib_module_names) | {"kfp", "components", "pipelines"}
+    files = sorted((ROOT / "components").rglob("*.py")) + sorted(
+        (ROOT / "pipelines").rglob("*.py"))
+    assert len(files) >= 14
+    for path in files:
+        for node in ast.parse(path.read_text()).body:
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert name.split(".")[0] in allowed, f"{path}: imports {name}"
