@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import boto3
 import pytest
+from loopback_http import FixtureServer, serve, url
 
 from vaecf.data.datasets import DATASETS, Dataset, RemoteFile, get_dataset
 from vaecf.data.download import download_dataset
@@ -20,68 +19,14 @@ PAYLOAD = bytes(range(256)) * 4000  # 1,024,000 bytes
 FAST = RetryPolicy(attempts=4, backoff_seconds=0.01, timeout_seconds=5)
 
 
-class FixtureServer(ThreadingHTTPServer):
-    """Serves ``files``; ``/drop/<name>`` cuts the first response midway, ``/flaky/<name>``
-    answers 503 once, and every request's Range header is logged."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.files: dict[str, bytes] = {}
-        self.requests: list[tuple[str, str | None]] = []
-        self.failed: set[str] = set()
-
-
-class Handler(BaseHTTPRequestHandler):
-    server: FixtureServer
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        self.server.requests.append((self.path, self.headers.get("Range")))
-        mode, _, name = self.path.strip("/").rpartition("/")
-        data = self.server.files.get(name)
-        if data is None:
-            self.send_error(404)
-            return
-        first = self.path not in self.server.failed
-        self.server.failed.add(self.path)
-        if mode == "flaky" and first:
-            self.send_error(503)
-            return
-        start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers.get(
-            "Range") else 0
-        self.send_response(206 if start else 200)
-        if start:
-            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-        self.send_header("Content-Length", str(len(data) - start))
-        self.end_headers()
-        body = data[start:]
-        if mode == "drop" and first:
-            self.wfile.write(body[: len(body) // 3])
-            self.wfile.flush()
-            self.close_connection = True
-            return
-        self.wfile.write(body)
-
-
 @pytest.fixture()
 def http_server() -> Iterator[FixtureServer]:
-    server = FixtureServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-def _url(server: FixtureServer, path: str) -> str:
-    return f"http://127.0.0.1:{server.server_address[1]}/{path}"
+    yield from serve()
 
 
 def test_plain_download(http_server: FixtureServer, tmp_path: Path) -> None:
     http_server.files["a.bin"] = PAYLOAD
-    fetch(_url(http_server, "plain/a.bin"), tmp_path / "a.bin", FAST)
+    fetch(url(http_server, "plain/a.bin"), tmp_path / "a.bin", FAST)
     assert (tmp_path / "a.bin").read_bytes() == PAYLOAD
     assert http_server.requests == [("/plain/a.bin", None)]
 
@@ -89,7 +34,7 @@ def test_plain_download(http_server: FixtureServer, tmp_path: Path) -> None:
 def test_dropped_connection_resumes_with_range(http_server: FixtureServer,
                                                tmp_path: Path) -> None:
     http_server.files["a.bin"] = PAYLOAD
-    fetch(_url(http_server, "drop/a.bin"), tmp_path / "a.bin", FAST)
+    fetch(url(http_server, "drop/a.bin"), tmp_path / "a.bin", FAST)
     assert (tmp_path / "a.bin").read_bytes() == PAYLOAD
     third = len(PAYLOAD) // 3
     assert http_server.requests == [("/drop/a.bin", None), ("/drop/a.bin", f"bytes={third}-")]
@@ -97,14 +42,14 @@ def test_dropped_connection_resumes_with_range(http_server: FixtureServer,
 
 def test_transient_error_is_retried(http_server: FixtureServer, tmp_path: Path) -> None:
     http_server.files["a.bin"] = PAYLOAD
-    fetch(_url(http_server, "flaky/a.bin"), tmp_path / "a.bin", FAST)
+    fetch(url(http_server, "flaky/a.bin"), tmp_path / "a.bin", FAST)
     assert (tmp_path / "a.bin").read_bytes() == PAYLOAD
     assert len(http_server.requests) == 2
 
 
 def test_missing_file_fails_at_once(http_server: FixtureServer, tmp_path: Path) -> None:
     with pytest.raises(VaecfError, match=r"/plain/nothing.zip: HTTP 404"):
-        fetch(_url(http_server, "plain/nothing.zip"), tmp_path / "x", FAST)
+        fetch(url(http_server, "plain/nothing.zip"), tmp_path / "x", FAST)
     assert len(http_server.requests) == 1
 
 
@@ -118,7 +63,7 @@ def test_unreachable_server_gives_up_after_the_attempts(tmp_path: Path) -> None:
 
 def test_published_checksum_is_verified(http_server: FixtureServer, tmp_path: Path) -> None:
     http_server.files["data.zip"] = PAYLOAD
-    good = RemoteFile("data.zip", _url(http_server, "plain/data.zip"),
+    good = RemoteFile("data.zip", url(http_server, "plain/data.zip"),
                       md5=hashlib.md5(PAYLOAD).hexdigest(), size=len(PAYLOAD))
     records = download_dataset(Dataset("x", (good,), "movielens"), None, tmp_path, FAST)
     assert records == [{"name": "data.zip", "source": good.url, "bytes": len(PAYLOAD),
@@ -132,7 +77,7 @@ def test_source_with_the_registry_name_is_checked(http_server: FixtureServer,
                                                   tmp_path: Path) -> None:
     http_server.files["ml-20m.zip"] = PAYLOAD
     with pytest.raises(VaecfError, match="expected MD5 cd245b17a1ae2cc31bb14903e1204af3"):
-        download_dataset(get_dataset("ml-20m"), _url(http_server, "plain/ml-20m.zip"),
+        download_dataset(get_dataset("ml-20m"), url(http_server, "plain/ml-20m.zip"),
                          tmp_path, FAST)
 
 

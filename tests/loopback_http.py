@@ -1,0 +1,72 @@
+"""A real HTTP server on loopback serving fixture files, for download tests.
+
+``/plain/<name>`` serves a file (with HTTP ``Range`` support), ``/drop/<name>`` cuts its first
+response after a third of the body, ``/flaky/<name>`` answers 503 once; every request's path
+and Range header are logged in ``server.requests``. Test modules use it with
+a fixture that does ``yield from serve()``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FixtureServer(ThreadingHTTPServer):
+    """Serves ``files``; ``/drop/<name>`` cuts the first response midway, ``/flaky/<name>``
+    answers 503 once, and every request's Range header is logged."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.files: dict[str, bytes] = {}
+        self.requests: list[tuple[str, str | None]] = []
+        self.failed: set[str] = set()
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: FixtureServer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.server.requests.append((self.path, self.headers.get("Range")))
+        mode, _, name = self.path.strip("/").rpartition("/")
+        data = self.server.files.get(name)
+        if data is None:
+            self.send_error(404)
+            return
+        first = self.path not in self.server.failed
+        self.server.failed.add(self.path)
+        if mode == "flaky" and first:
+            self.send_error(503)
+            return
+        start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers.get(
+            "Range") else 0
+        self.send_response(206 if start else 200)
+        if start:
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.send_header("Content-Length", str(len(data) - start))
+        self.end_headers()
+        body = data[start:]
+        if mode == "drop" and first:
+            self.wfile.write(body[: len(body) // 3])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        self.wfile.write(body)
+
+
+def serve() -> Iterator[FixtureServer]:
+    """Run a ``FixtureServer`` in a thread for the duration of a fixture."""
+    server = FixtureServer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def url(server: FixtureServer, path: str) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}/{path}"

@@ -1,0 +1,208 @@
+"""``vaecf preprocess`` end to end on files the test writes, downloaded by ``vaecf download``."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+from vaecf.io import read_manifest
+
+HEADER = b"userId,movieId,rating,timestamp\n"
+
+
+def _ratings() -> bytes:
+    """Hand-made: users 10..50 like items 1..5; user 60 likes 1..4 and 6 (item 6 has one
+    user); user 70 dislikes 1..5; user 10 rates item 1 twice."""
+    rows = [(u, i, 4.0) for u in (10, 20, 30, 40, 50) for i in (1, 2, 3, 4, 5)]
+    rows += [(60, i, 5.0) for i in (1, 2, 3, 4, 6)] + [(70, i, 3.0) for i in (1, 2, 3, 4, 5)]
+    rows += [(10, 1, 5.0)]
+    return HEADER + b"".join(b"%d,%d,%.1f,1000\n" % row for row in rows[::-1])
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def download(cli, tmp_path: Path, name: str, data: bytes,  # type: ignore[no-untyped-def]
+             dataset: str = "ml-20m") -> Path:
+    """Publish ``data`` as file ``name`` of ``dataset`` with the real download stage."""
+    source = tmp_path / "source"
+    source.mkdir(parents=True, exist_ok=True)
+    (source / name).write_bytes(data)
+    code, _, err = cli("download", "--dataset", dataset, "--source", source / name,
+                       "--output", tmp_path / "raw")
+    assert code == 0, err
+    return tmp_path / "raw"
+
+
+def assert_failed(result: tuple[int, str, str], output: Path, *expected: str) -> None:
+    code, _, err = result
+    assert code == 1
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("vaecf preprocess: error: ")
+    for text in expected:
+        assert text in err
+    assert not output.exists()
+
+
+def test_mission_counts_every_step(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    raw = download(cli, tmp_path, "ml-latest-small.zip",
+                   _zip({"ml-latest-small/ratings.csv": _ratings()}))
+    code, _, err = cli("preprocess", "--input", raw, "--output", tmp_path / "out")
+    assert code == 0, err
+    frame = pq.read_table(tmp_path / "out" / "interactions.parquet").to_pandas()
+    assert list(frame.columns) == ["user_id", "item_id"]
+    assert list(zip(frame["user_id"], frame["item_id"], strict=True)) == [
+        (u, i) for u in (10, 20, 30, 40, 50) for i in (1, 2, 3, 4, 5)]
+    manifest = read_manifest(tmp_path / "out", "preprocess")
+    assert manifest["dataset"] == "ml-20m"
+    assert manifest["counts"] == {
+        "raw": {"rows": 36, "users": 7, "items": 6},
+        "implicit": {"rows": 31, "users": 6, "items": 6},
+        "duplicates": 1,
+        "dedup": {"rows": 30, "users": 6, "items": 6},
+        "item_filter": {"rows": 29, "users": 6, "items": 5},
+        "user_filter": {"rows": 25, "users": 5, "items": 5},
+        "output": {"rows": 25, "users": 5, "items": 5},
+    }
+    assert manifest["parameters"]["min_item_users"] == 5
+
+
+def test_paper_does_not_filter_items_and_reruns_are_identical(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    raw = download(cli, tmp_path, "ratings.csv", _ratings())
+    for name in ("a", "b"):
+        code, _, err = cli("preprocess", "--input", raw, "--output", tmp_path / name,
+                           "--protocol", "paper")
+        assert code == 0, err
+    data = [(tmp_path / n / "interactions.parquet").read_bytes() for n in ("a", "b")]
+    assert data[0] == data[1]
+    manifests = [json.loads((tmp_path / n / "preprocess_manifest.json").read_text())
+                 for n in ("a", "b")]
+    assert manifests[0].pop("run") and manifests[1].pop("run")
+    assert manifests[0] == manifests[1]
+    assert manifests[0]["counts"]["output"] == {"rows": 30, "users": 6, "items": 6}
+
+
+BAD_CSV = [
+    ("empty", b"", "ratings.csv: file is empty"),
+    ("header only", HEADER, "ratings.csv: no data rows"),
+    ("missing column", b"userId,movieId,timestamp\n1,2,3\n",
+     "ratings.csv: line 1: missing column 'rating'"),
+    ("non-numeric id", HEADER + b"1,2,4.0,5\n1,two,4.0,5\n",
+     "ratings.csv: line 3: column 'movieId': 'two' is not an integer"),
+    ("NaN rating", HEADER + b"1,2,NaN,5\n", "ratings.csv: line 2: column 'rating': 'NaN'"),
+    ("rating out of range", HEADER + b"1,2,4.0,5\n1,3,9.5,5\n",
+     "ratings.csv: line 3: column 'rating': '9.5' is not in 0.5..5"),
+    ("last line cut", HEADER + b"1,2,4.0,5\n1,3,4.",
+     "ratings.csv: line 3: expected 4 fields", "last line cut short"),
+    ("non-UTF-8", HEADER + b"1,2,4.0,5\n1,\xe93,4.0,5\n",
+     "ratings.csv: line 3: bytes are not UTF-8"),
+]
+
+
+@pytest.mark.parametrize("case", BAD_CSV, ids=[case[0] for case in BAD_CSV])
+def test_bad_ratings_file(cli, tmp_path: Path, case: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    _, content, *expected = case
+    raw = download(cli, tmp_path, "ml-25m.zip", _zip({"ml-25m/ratings.csv": content}))
+    result = cli("preprocess", "--input", raw, "--output", tmp_path / "out")
+    assert_failed(result, tmp_path / "out", "ml-25m.zip:ml-25m/ratings.csv", *expected)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_damaged_archive(cli, tmp_path: Path, damage: str) -> None:  # type: ignore[no-untyped-def]
+    data = _zip({"ml-25m/ratings.csv": HEADER + b"".join(
+        b"%d,%d,4.0,1\n" % (u, u * 13 % 997) for u in range(40_000))})
+    if damage == "truncated":
+        data = data[: len(data) * 2 // 3]
+    else:
+        data = data[:200] + bytes(b ^ 0x5A for b in data[200:400]) + data[400:]
+    raw = download(cli, tmp_path, "ml-25m.zip", data)
+    result = cli("preprocess", "--input", raw, "--output", tmp_path / "out")
+    assert_failed(result, tmp_path / "out", "ml-25m.zip")
+
+
+def test_every_user_filtered_out(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    raw = download(cli, tmp_path, "ratings.csv", _ratings())
+    result = cli("preprocess", "--input", raw, "--output", tmp_path / "out",
+                 "--min-user-items", 50)
+    assert_failed(result, tmp_path / "out", "every user was filtered out",
+                  "--min-user-items 50")
+
+
+def test_input_manifest_missing_or_not_matching(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    raw = download(cli, tmp_path, "ratings.csv", _ratings())
+    (raw / "ratings.csv").write_bytes(_ratings() + b"80,1,5.0,1\n")
+    result = cli("preprocess", "--input", raw, "--output", tmp_path / "out")
+    assert_failed(result, tmp_path / "out", "ratings.csv: SHA-256 does not match")
+    (raw / "download_manifest.json").unlink()
+    result = cli("preprocess", "--input", raw, "--output", tmp_path / "out")
+    assert_failed(result, tmp_path / "out", "download_manifest.json: manifest missing")
+
+
+def test_bad_flags(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    raw = download(cli, tmp_path, "ratings.csv", _ratings())
+    for flags, expected in ((["--protocol", "best"], "--protocol: unknown protocol 'best'"),
+                            (["--min-item-users", "-1"], "--min-item-users: must be >= 0")):
+        result = cli("preprocess", "--input", raw, "--output", tmp_path / "out", *flags)
+        assert_failed(result, tmp_path / "out", expected)
+
+
+def test_netflix_lastfm_and_pinterest_through_the_stage(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    netflix = b"".join(b"%d:\n" % m + b"".join(b"%d,5,2005-01-01\n" % u for u in range(1, 7))
+                       for m in range(1, 7))
+    raw = download(cli, tmp_path / "nf", "combined_data_1.txt", netflix, "netflix")
+    assert cli("preprocess", "--input", raw, "--output", tmp_path / "nf-out")[0] == 0
+    assert read_manifest(tmp_path / "nf-out", "preprocess")["counts"]["output"] == {
+        "rows": 36, "users": 6, "items": 6}
+    lastfm = b"".join(b"u%d\tm%d\tA\t%d\n" % (u, i, u) for u in range(8) for i in range(5))
+    raw = download(cli, tmp_path / "fm", "usersha1-artmbid-artname-plays.tsv", lastfm, "lastfm")
+    code, _, err = cli("preprocess", "--input", raw, "--output", tmp_path / "fm-out",
+                       "--min-plays", 2)
+    assert code == 0, err
+    frame = pq.read_table(tmp_path / "fm-out" / "interactions.parquet").to_pandas()
+    assert sorted(set(frame["user_id"])) == ["u2", "u3", "u4", "u5", "u6", "u7"]  # u0, u1 < 2
+    pins = b"".join(b"%d\t%d\t1\n" % (u, i) for u in range(5) for i in range(5))
+    raw = download(cli, tmp_path / "pin", "pinterest-20.train.rating", pins, "pinterest")
+    assert cli("preprocess", "--input", raw, "--output", tmp_path / "pin-out")[0] == 0
+
+
+def test_sigkill_leaves_no_partial_output(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(0)
+    n = 3_000_000
+    table = pa.table({"userId": rng.integers(1, 50_000, n), "movieId": rng.integers(1, 5_000, n),
+                      "rating": np.full(n, 4.0), "timestamp": np.ones(n, dtype=np.int64)})
+    source = tmp_path / "source"
+    source.mkdir()
+    pacsv.write_csv(table, source / "ratings.csv",
+                    write_options=pacsv.WriteOptions(quoting_style="none"))
+    assert cli("download", "--dataset", "ml-20m", "--source", source / "ratings.csv",
+               "--output", tmp_path / "raw")[0] == 0
+    output = tmp_path / "out"
+    command = [sys.executable, "-m", "vaecf.cli", "preprocess", "--input", str(tmp_path / "raw"),
+               "--output", str(output)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    while process.poll() is None and not list(tmp_path.glob(".out.staging-*")):
+        pass  # wait until the stage is inside its publish block
+    os.kill(process.pid, signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL
+    assert list(tmp_path.glob(".out.staging-*")), "the stage was killed mid-way"
+    assert not output.exists()
+    rerun = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert rerun.returncode == 0, rerun.stderr
+    assert read_manifest(output, "preprocess")["counts"]["raw"]["rows"] == n
