@@ -174,3 +174,28 @@ def test_inputs_and_output_on_s3(cli, tmp_path: Path, s3_bucket: str) -> None:
     assert code == 0, err
     body = s3.get_object(Bucket=s3_bucket, Key="run/report/report.json")["Body"].read()
     assert json.loads(body)["accuracy"]["metrics"]["recall_at_20"]["mean"] == 0.38712
+
+
+def test_dataset_funnel_equals_the_data_stages_counts(cli, tmp_path: Path) -> None:
+    raw, inter, split = tmp_path / "raw", tmp_path / "interactions", tmp_path / "split"
+    assert cli("download", "--dataset", "synthetic", "--output", raw, "--synthetic-users",
+               "300", "--synthetic-items", "120")[0] == 0
+    assert cli("preprocess", "--input", raw, "--output", inter)[0] == 0
+    assert cli("split", "--input", inter, "--output", split)[0] == 0
+    code, _, err = cli("report", "--output", tmp_path / "report", "--manifests", raw, inter,
+                       split)
+    assert code == 0, err
+    counts = json.loads((inter / "preprocess_manifest.json").read_text())["counts"]
+    dataset = json.loads((split / "dataset_manifest.json").read_text())
+    funnel = json.loads((tmp_path / "report" / "report.json").read_text())["funnel"]
+    steps = {row["step"]: row for row in funnel}
+    assert steps["raw rows"]["pairs"] == counts["raw"]["rows"]
+    assert steps["implicit positives"]["pairs"] == counts["implicit"]["rows"]
+    assert steps["user filter"]["users"] == counts["user_filter"]["users"]
+    assert steps["split: train"]["pairs"] == dataset["counts"]["pairs"]["train"]
+    val = dataset["counts"]["pairs"]["val_fold_in"] + dataset["counts"]["pairs"]["val_holdout"]
+    assert steps["split: val (fold_in + holdout)"]["pairs"] == val
+    assert [row["step"] for row in funnel][:2] == ["raw rows", "implicit positives"]
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert f"| raw rows | {counts['raw']['rows']:,} |" in markdown
+    assert "| seed | 98765 |" in markdown  # parameters as given, not as measurements

@@ -97,7 +97,9 @@ def _markdown_block(block: str | list[str] | Table | Figure) -> list[str]:
         return [f"*Figure (in report.html): {block.caption}*"]
     lines = [f"**{block.caption}**", ""] if block.caption else []
     lines.append("| " + " | ".join(block.columns) + " |")
-    lines.append("|" + "|".join(["---"] + ["---:"] * (len(block.columns) - 1)) + "|")
+    numeric = [all(_NUMERIC.match(row[i]) for row in block.rows)
+               for i in range(len(block.columns))]
+    lines.append("|" + "|".join("---:" if n else "---" for n in numeric) + "|")
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |"
               for row in block.rows]
     return lines
