@@ -1,0 +1,139 @@
+"""``vaecf split`` end to end: determinism, fractions, fold_in/holdout, item universe."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import scipy.sparse as sp
+
+from vaecf.data.splits import load_split, matrix_names, save_parquet
+from vaecf.io import read_manifest, write_manifest
+
+N_USERS = 500
+
+
+def _pairs(seed: int = 0) -> pd.DataFrame:
+    """500 users (sparse, unsorted ids) with 5..40 distinct items each among 300."""
+    rng = np.random.default_rng(seed)
+    user_ids = rng.choice(np.arange(10_000, 90_000), N_USERS, replace=False)
+    rows = [(u, i) for u in user_ids
+            for i in rng.choice(np.arange(1, 301) * 7, rng.integers(5, 41), replace=False)]
+    return pd.DataFrame(rows, columns=["user_id", "item_id"])
+
+
+def interactions(directory: Path, frame: pd.DataFrame, dataset: str = "synthetic") -> Path:
+    """A preprocess output directory holding ``frame`` (as ``vaecf preprocess`` writes it)."""
+    directory.mkdir(parents=True)
+    save_parquet(directory / "interactions.parquet", pa.Table.from_pandas(
+        frame, preserve_index=False))
+    write_manifest(directory, "preprocess", inputs={}, parameters={}, counts={}, started=0.0,
+                   extra={"dataset": dataset})
+    return directory
+
+
+def _split(cli, source: Path, output: Path, *flags: object) -> Path:  # type: ignore[no-untyped-def]
+    code, _, err = cli("split", "--input", source, "--output", output, *flags)
+    assert code == 0, err
+    return output
+
+
+def _data_files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())
+            if p.name != "dataset_manifest.json"}
+
+
+def assert_failed(result: tuple[int, str, str], output: Path, *expected: str) -> None:
+    code, _, err = result
+    assert code == 1
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("vaecf split: error: ")
+    for text in expected:
+        assert text in err
+    assert not output.exists()
+
+
+def test_same_seed_and_shuffled_rows_give_identical_files(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    frame = _pairs()
+    source = interactions(tmp_path / "in", frame)
+    shuffled = interactions(tmp_path / "shuffled", frame.sample(frac=1.0, random_state=3))
+    first = _split(cli, source, tmp_path / "a", "--seed", 5)
+    again = _split(cli, source, tmp_path / "b", "--seed", 5)
+    from_shuffled = _split(cli, shuffled, tmp_path / "c", "--seed", 5)
+    other_seed = _split(cli, source, tmp_path / "d", "--seed", 6)
+    assert _data_files(first) == _data_files(again) == _data_files(from_shuffled)
+    assert _data_files(first)["train.npz"] != _data_files(other_seed)["train.npz"]
+    manifests = [json.loads((d / "dataset_manifest.json").read_text()) for d in (first, again)]
+    assert manifests[0].pop("run") and manifests[1].pop("run")
+    assert manifests[0] == manifests[1]
+    assert set(_data_files(first)) == {f"{m}.{ext}" for m in matrix_names()
+                                       for ext in ("npz", "parquet")} | {
+        "user_index.parquet", "item_index.parquet"}
+
+
+def test_fractions_holdout_and_item_universe(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    frame = _pairs()
+    split = load_split(_split(cli, interactions(tmp_path / "in", frame), tmp_path / "out"))
+    users = split.manifest["n_users"]
+    dropped = split.manifest["counts"]["heldout_users_without_items"]
+    assert users["val"] + dropped >= round(0.07 * N_USERS) == 35 >= users["val"]
+    assert users["test"] <= 35 and users["train"] == N_USERS - 70
+    index = pq.read_table(tmp_path / "out" / "user_index.parquet").to_pandas()
+    train_ids = index.loc[index["split"] == "train", "user_id"]
+    train_items = np.unique(frame.loc[frame["user_id"].isin(train_ids), "item_id"])
+    assert np.array_equal(split.item_ids, train_items)  # item universe = training items
+    for subset in ("val", "test"):
+        fold_in, holdout = split.heldout(subset)
+        sizes = np.diff(fold_in.indptr) + np.diff(holdout.indptr)
+        assert np.array_equal(np.diff(holdout.indptr), np.floor(0.2 * sizes))
+        assert (fold_in.multiply(holdout)).nnz == 0
+
+
+def test_custom_fractions(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = _split(cli, interactions(tmp_path / "in", _pairs()), tmp_path / "out",
+                 "--val-fraction", 0.1, "--test-fraction", 0.2, "--holdout-fraction", 0.5)
+    manifest = read_manifest(out, "dataset")
+    assert manifest["n_users"]["train"] == N_USERS - 50 - 100
+    fold_in = sp.load_npz(out / "test_fold_in.npz")
+    holdout = sp.load_npz(out / "test_holdout.npz")
+    sizes = np.diff(fold_in.indptr) + np.diff(holdout.indptr)
+    assert np.array_equal(np.diff(holdout.indptr), np.floor(0.5 * sizes))
+
+
+def test_paper_protocol_held_out_counts(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    small_ml20m = interactions(tmp_path / "in", _pairs(), dataset="ml-20m")
+    result = cli("split", "--input", small_ml20m, "--output", tmp_path / "out",
+                 "--protocol", "paper")
+    assert_failed(result, tmp_path / "out", "cannot hold out 10000 val + 10000 test users of 500")
+    out = _split(cli, small_ml20m, tmp_path / "ok", "--protocol", "paper", "--heldout-users", 40)
+    manifest = read_manifest(out, "dataset")
+    assert manifest["parameters"]["heldout_users"] == 40
+    assert manifest["parameters"]["protocol"] == "paper"
+    assert manifest["n_users"]["train"] == N_USERS - 80
+
+
+def test_input_manifest_missing_or_not_matching(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    source = interactions(tmp_path / "in", _pairs())
+    save_parquet(source / "interactions.parquet", pa.Table.from_pandas(_pairs(1)))
+    assert_failed(cli("split", "--input", source, "--output", tmp_path / "out"),
+                  tmp_path / "out", "interactions.parquet: SHA-256 does not match")
+    (source / "preprocess_manifest.json").unlink()
+    assert_failed(cli("split", "--input", source, "--output", tmp_path / "out"),
+                  tmp_path / "out", "preprocess_manifest.json: manifest missing")
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    (["--val-fraction", "1.5"], "--val-fraction: must be between 0 and 1"),
+    (["--val-fraction", "0.6", "--test-fraction", "0.5"], "--val-fraction + --test-fraction"),
+    (["--protocol", "x"], "--protocol: unknown protocol 'x'"),
+    (["--heldout-users", "0"], "--heldout-users: must be >= 1"),
+])
+def test_bad_flags(cli, tmp_path: Path, flags: list[str], expected: str) -> None:  # type: ignore[no-untyped-def]
+    source = interactions(tmp_path / "in", _pairs())
+    assert_failed(cli("split", "--input", source, "--output", tmp_path / "out", *flags),
+                  tmp_path / "out", expected)
