@@ -145,6 +145,7 @@ def test_report_flags_parse_with_both_real_parsers(compiled) -> None:
     _, spec, _ = compiled
     args = kfp_report.build_parser().parse_args(command_line(spec, "report"))
     assert (args.markdown, args.html) == (Path("/kfp/report.md"), Path("/kfp/report.html"))
+    assert (args.metrics_artifact, args.metrics_path) == ("metrics", Path("/kfp/metrics"))
     assert json.loads(args.executor_input) == {"outputs": {}}
     report = build_parser("report").parse_args(args.report_args)
     assert (report.output, report.train_log, report.metrics) == (

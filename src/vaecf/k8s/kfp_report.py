@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--html", type=Path, required=True, help="HTML artifact path")
     parser.add_argument("--metrics-artifact", default="metrics",
                         help="name of the system.Metrics output artifact")
+    parser.add_argument("--metrics-path", type=Path, required=True,
+                        help="that artifact's file: the same scalars as JSON, for people")
     parser.add_argument("report_args", nargs="*", help="flags of 'vaecf report' after --")
     return parser
 
@@ -55,20 +57,24 @@ def scalar_metrics(metrics: dict[str, Any]) -> dict[str, float]:
     return scalars
 
 
-def write_executor_output(executor_input: dict[str, Any], artifact: str,
-                          scalars: dict[str, float]) -> Path:
-    """Record ``scalars`` as the metadata of output ``artifact`` in KFP's executor output."""
+def metrics_output(executor_input: dict[str, Any], artifact: str
+                   ) -> tuple[dict[str, Any], Path]:
+    """The output ``artifact``'s entry and the executor output file, from the executor input."""
     try:
         outputs = executor_input["outputs"]
         entry = dict(outputs["artifacts"][artifact]["artifacts"][0])
-        path = Path(outputs["outputFile"])
+        return entry, Path(outputs["outputFile"])
     except (KeyError, IndexError, TypeError) as err:
         raise VaecfError(f"--executor-input: no output artifact {artifact!r} or outputFile "
                          f"({err})") from err
-    entry["metadata"] = {**(entry.get("metadata") or {}), **scalars}
+
+
+def write_executor_output(path: Path, artifact: str, entry: dict[str, Any],
+                          scalars: dict[str, float]) -> None:
+    """Record ``scalars`` as the metadata of output ``artifact`` in KFP's executor output."""
+    entry = {**entry, "metadata": {**(entry.get("metadata") or {}), **scalars}}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"artifacts": {artifact: {"artifacts": [entry]}}}, indent=2))
-    return path
 
 
 def run(args: argparse.Namespace) -> None:
@@ -79,6 +85,7 @@ def run(args: argparse.Namespace) -> None:
         executor_input = json.loads(args.executor_input)
     except ValueError as err:
         raise VaecfError(f"--executor-input: not JSON ({err})") from err
+    entry, output_file = metrics_output(executor_input, args.metrics_artifact)
     report = stage_parser("report").parse_args(args.report_args)
     if vaecf_main(["report", *args.report_args]) != 0:
         raise VaecfError("'vaecf report' failed (its error is above)")
@@ -87,7 +94,9 @@ def run(args: argparse.Namespace) -> None:
         shutil.copyfile(Path(report.output) / source, target)
     scalars = scalar_metrics(json.loads(Path(report.metrics).read_text())
                              if report.metrics else {})
-    write_executor_output(executor_input, args.metrics_artifact, scalars)
+    write_executor_output(output_file, args.metrics_artifact, entry, scalars)
+    args.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    args.metrics_path.write_text(json.dumps(scalars, indent=2) + "\n")
     log.info(f"{STAGE}: logged {len(scalars)} metrics: "
              + ", ".join(f"{k}={v:.4g}" for k, v in scalars.items()))
 
