@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import asdict
 
 from vaecf import log
 from vaecf.errors import VaecfError
@@ -36,14 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
                                         "an ML-20M-shaped synthetic split)")
     parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS,
-                        default=["fp32", "mixed_bfloat16"])
-    parser.add_argument("--world-sizes", nargs="+", type=_positive, default=[1, 2])
+                        default=["fp32", "mixed_bfloat16"], help="training precisions")
+    parser.add_argument("--world-sizes", nargs="+", type=_positive, default=[1, 2],
+                        help="Horovod process counts (above 1: horovodrun -np N --gloo)")
     parser.add_argument("--batch-sizes", nargs="+", type=_positive, default=[500],
                         help="global batch sizes (users per step, all ranks together)")
     work = parser.add_mutually_exclusive_group()
-    work.add_argument("--steps", type=_positive, default=None,
-                      help="measured steps per run (default 50), after a warm-up epoch of "
-                           "as many steps")
+    work.add_argument("--steps", type=_positive, default=50,
+                      help="measured steps per run, after a warm-up epoch of as many steps")
     work.add_argument("--epochs", type=_positive, default=None,
                       help="measured full epochs per run, after one warm-up epoch")
     parser.add_argument("--repeats", type=_positive, default=1,
@@ -51,9 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--target-ndcg", type=float, default=None,
                         help="also time each run to this validation NDCG@100 (validates "
                              "every epoch; use with --epochs)")
-    parser.add_argument("--synthetic-users", type=_positive, default=ML20M_USERS)
-    parser.add_argument("--synthetic-items", type=_positive, default=ML20M_ITEMS)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--synthetic-users", type=_positive, default=ML20M_USERS,
+                        help="users of the generated split when no --split is given")
+    parser.add_argument("--synthetic-items", type=_positive, default=ML20M_ITEMS,
+                        help="items of the generated split when no --split is given")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the generated split and of every training run")
     return parser
 
 
@@ -65,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         config = BenchmarkConfig(
             split=args.split, precisions=tuple(args.precisions),
             world_sizes=tuple(args.world_sizes), batch_sizes=tuple(args.batch_sizes),
-            steps=None if args.epochs else (args.steps or 50), epochs=args.epochs,
+            steps=None if args.epochs else args.steps, epochs=args.epochs,
             repeats=args.repeats, target_ndcg=args.target_ndcg,
             synthetic_users=args.synthetic_users, synthetic_items=args.synthetic_items,
             seed=args.seed)
@@ -77,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                                  f"{first['error']}")
             (staging / "benchmark.json").write_text(json.dumps(result, indent=2) + "\n")
             write_manifest(staging, STAGE, inputs={"split": args.split},
-                           parameters={k: v for k, v in vars(args).items() if k != "output"},
+                           parameters={k: v for k, v in asdict(config).items() if k != "split"},
                            counts={"runs": len(result["runs"]),
                                    "runs_ok": sum(r["status"] == "ok" for r in result["runs"])},
                            started=started)
