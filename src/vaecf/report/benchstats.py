@@ -22,7 +22,7 @@ import statistics
 from typing import Any
 
 STATS = ("users_per_second", "steps_per_second", "epoch_seconds", "input_share",
-         "time_to_target_seconds", "bound_fraction")
+         "train_seconds", "time_to_target_seconds", "bound_fraction")
 KEY = ("precision", "world_size", "batch_size")
 
 
