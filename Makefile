@@ -49,3 +49,32 @@ demo: install
 
 clean:
 	rm -rf $(VENV) demo-output build *.egg-info
+
+# Images, registry push with recorded digests, and the compiled KFP pipeline.
+IMAGES := data train launcher
+DIGESTS ?= build/digests.json
+PIPELINE_YAML ?= build/vaecf_pipeline.yaml
+
+images:
+	@for name in $(IMAGES); do \
+	  echo "building $(REGISTRY)/vaecf-$$name:$(TAG)"; \
+	  $(CONTAINER_TOOL) build -f docker/$$name.Dockerfile -t $(REGISTRY)/vaecf-$$name:$(TAG) . \
+	    || exit 1; \
+	done
+
+# Pushes the images and records their registry digests in $(DIGESTS); `make pipeline` then
+# pins every image by digest (delete the file to compile with tags again).
+push: images
+	@mkdir -p $(dir $(DIGESTS))
+	@sep=""; json="{"; for name in $(IMAGES); do \
+	  image=$(REGISTRY)/vaecf-$$name; \
+	  $(CONTAINER_TOOL) push $$image:$(TAG) || exit 1; \
+	  digest=$$($(CONTAINER_TOOL) image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' \
+	    $$image:$(TAG) | grep "^$$image@sha256:" | head -n 1 | cut -d@ -f2); \
+	  test -n "$$digest" || { echo "no registry digest for $$image:$(TAG)"; exit 1; }; \
+	  json="$$json$$sep\"$$name\": \"$$digest\""; sep=", "; \
+	done; echo "$$json}" > $(DIGESTS); echo "digests recorded in $(DIGESTS):"; cat $(DIGESTS)
+
+pipeline: install
+	$(PY) -m pipelines.vaecf_pipeline --output $(PIPELINE_YAML) --registry $(REGISTRY) \
+	  --tag $(TAG) $(if $(wildcard $(DIGESTS)),--digests $(DIGESTS))

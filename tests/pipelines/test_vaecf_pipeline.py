@@ -241,3 +241,31 @@ def test_components_and_pipelines_import_only_stdlib_and_kfp() -> None:
                      [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for name in names:
                 assert name.split(".")[0] in allowed, f"{path}: imports {name}"
+
+
+def test_make_push_records_digests_that_make_pipeline_pins(tmp_path) -> None:
+    """``make push`` then ``make pipeline`` with a stand-in container tool (no registry)."""
+    tool = tmp_path / "fake-docker"
+    calls = tmp_path / "calls.txt"
+    tool.write_text("#!/bin/sh\n"
+                    f'echo "$*" >> {calls}\n'
+                    'if [ "$1 $2" = "image inspect" ]; then\n'
+                    '  eval image=\\${$#}; repo=${image%:*}\n'
+                    f'  echo "other.example/x@sha256:{"cd" * 32}"; echo "$repo@{DIGEST}"\n'
+                    "fi\n")
+    tool.chmod(0o755)
+    digests, output = tmp_path / "digests.json", tmp_path / "pipeline.yaml"
+    subprocess.run(["make", "-s", "-o", "install", "push", "pipeline", f"CONTAINER_TOOL={tool}",
+                    "REGISTRY=registry.example/ml", "TAG=2.0", f"DIGESTS={digests}",
+                    f"PIPELINE_YAML={output}", f"PY={sys.executable}"],
+                   cwd=ROOT, check=True, capture_output=True)
+    assert json.loads(digests.read_text()) == {"data": DIGEST, "train": DIGEST,
+                                               "launcher": DIGEST}
+    lines = calls.read_text().splitlines()
+    assert [line.split()[0] for line in lines] == ["build"] * 3 + ["push", "image"] * 3
+    assert lines[0].startswith("build -f docker/data.Dockerfile -t "
+                               "registry.example/ml/vaecf-data:2.0")
+    spec = next(yaml.safe_load_all(output.read_text()))
+    images = {container(spec, task)["image"] for task in ORDER}
+    assert images == {f"registry.example/ml/vaecf-{n}@{DIGEST}" for n in ("data", "train",
+                                                                          "launcher")}
