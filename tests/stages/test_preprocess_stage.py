@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -163,6 +164,14 @@ def test_bad_flags(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
         assert_failed(result, tmp_path / "out", expected)
 
 
+def test_unwritable_output(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    raw = download(cli, tmp_path, "ratings.csv", _ratings())
+    (tmp_path / "file").write_text("not a directory")
+    output = tmp_path / "file" / "out"
+    assert_failed(cli("preprocess", "--input", raw, "--output", output), output,
+                  f"{output}: output is not writable")
+
+
 def test_netflix_lastfm_and_pinterest_through_the_stage(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     netflix = b"".join(b"%d:\n" % m + b"".join(b"%d,5,2005-01-01\n" % u for u in range(1, 7))
                        for m in range(1, 7))
@@ -198,7 +207,7 @@ def test_sigkill_leaves_no_partial_output(cli, tmp_path: Path) -> None:  # type:
                "--output", str(output)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     while process.poll() is None and not list(tmp_path.glob(".out.staging-*")):
-        pass  # wait until the stage is inside its publish block
+        time.sleep(0.002)  # poll until the stage is inside its publish block
     os.kill(process.pid, signal.SIGKILL)
     assert process.wait() == -signal.SIGKILL
     assert list(tmp_path.glob(".out.staging-*")), "the stage was killed mid-way"
