@@ -1,8 +1,8 @@
 """The pipeline's container images, in one place.
 
-Three images, one per dependency set (``docker/``): ``data`` (download, preprocess, split,
-report), ``train`` (TensorFlow + Horovod + OpenMPI: the MPIJob and evaluate) and ``launcher``
-(the train step that runs ``vaecf launch-mpijob``). ``make pipeline`` sets the registry and
+Three images, one per dependency set (``docker/``): ``data`` (download, preprocess, split),
+``train`` (TensorFlow + Horovod + OpenMPI: the MPIJob and evaluate) and ``launcher`` (the
+train step, ``vaecf launch-mpijob``, and the report step). ``make pipeline`` sets the registry and
 tag, and pins images by digest when ``make push`` has recorded them.
 """
 

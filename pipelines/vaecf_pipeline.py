@@ -80,7 +80,7 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
 
         reported = report(split=splitted.outputs["split"], model=trained.outputs["model"],
                           evaluation=evaluated.outputs["evaluation"])
-        reported.set_container_image(images.data)
+        reported.set_container_image(images.launcher)
 
     return vaecf
 

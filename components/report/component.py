@@ -31,7 +31,7 @@ def report(split: Input[Dataset], model: Input[Model], evaluation: Input[Artifac
       metrics: recall_at_20, recall_at_50, ndcg_at_100 (mean and stderr), users evaluated.
     """
     return dsl.ContainerSpec(
-        image=DEFAULT.data,
+        image=DEFAULT.launcher,  # has matplotlib for the plots; no TensorFlow needed
         command=["python", "-m", "vaecf.k8s.kfp_report"],
         args=["--executor-input", EXECUTOR_INPUT, "--markdown", markdown.path,
               "--html", html.path, "--metrics-artifact", "metrics",

@@ -70,7 +70,7 @@ def test_images_and_commands(compiled) -> None:
                 "split": (default.data, ["vaecf", "split"]),
                 "train": (default.launcher, ["vaecf", "launch-mpijob"]),
                 "evaluate": (default.train, ["vaecf", "evaluate"]),
-                "report": (default.data, ["python", "-m", "vaecf.k8s.kfp_report"])}
+                "report": (default.launcher, ["python", "-m", "vaecf.k8s.kfp_report"])}
     for task, (image, command) in expected.items():
         assert (container(spec, task)["image"], container(spec, task)["command"]) == (
             image, command), task
