@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import boto3
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -137,3 +138,17 @@ def test_bad_flags(cli, tmp_path: Path, flags: list[str], expected: str) -> None
     source = interactions(tmp_path / "in", _pairs())
     assert_failed(cli("split", "--input", source, "--output", tmp_path / "out", *flags),
                   tmp_path / "out", expected)
+
+
+def test_data_stages_chain_through_s3(cli, s3_bucket: str) -> None:  # type: ignore[no-untyped-def]
+    """download -> preprocess -> split with every input and output in object storage."""
+    prefix = f"s3://{s3_bucket}"
+    for argv in (["download", "--dataset", "synthetic", "--synthetic-users", 200,
+                  "--synthetic-items", 80, "--output", f"{prefix}/raw"],
+                 ["preprocess", "--input", f"{prefix}/raw", "--output", f"{prefix}/inter"],
+                 ["split", "--input", f"{prefix}/inter", "--output", f"{prefix}/split"]):
+        code, _, err = cli(*argv)
+        assert code == 0, err
+    keys = {o["Key"] for o in boto3.client("s3").list_objects_v2(
+        Bucket=s3_bucket, Prefix="split/")["Contents"]}
+    assert {"split/_SUCCESS", "split/dataset_manifest.json", "split/train.npz"} <= keys
