@@ -1,7 +1,8 @@
 """A real HTTP server on loopback serving fixture files, for download tests.
 
 ``/plain/<name>`` serves a file (with HTTP ``Range`` support), ``/drop/<name>`` cuts its first
-response after a third of the body, ``/flaky/<name>`` answers 503 once; every request's path
+response after a third of the body (``/norange/<name>`` too, and it ignores Range
+requests), ``/flaky/<name>`` answers 503 once; every request's path
 and Range header are logged in ``server.requests``. Test modules use it with
 a fixture that does ``yield from serve()``.
 """
@@ -42,15 +43,15 @@ class Handler(BaseHTTPRequestHandler):
         if mode == "flaky" and first:
             self.send_error(503)
             return
-        start = int(self.headers["Range"].split("=")[1].rstrip("-")) if self.headers.get(
-            "Range") else 0
+        ranged = self.headers.get("Range") and mode != "norange"
+        start = int(self.headers["Range"].split("=")[1].rstrip("-")) if ranged else 0
         self.send_response(206 if start else 200)
         if start:
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         self.send_header("Content-Length", str(len(data) - start))
         self.end_headers()
         body = data[start:]
-        if mode == "drop" and first:
+        if mode in ("drop", "norange") and first:
             self.wfile.write(body[: len(body) // 3])
             self.wfile.flush()
             self.close_connection = True

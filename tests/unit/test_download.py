@@ -40,6 +40,14 @@ def test_dropped_connection_resumes_with_range(http_server: FixtureServer,
     assert http_server.requests == [("/drop/a.bin", None), ("/drop/a.bin", f"bytes={third}-")]
 
 
+def test_server_without_range_support_restarts_from_zero(http_server: FixtureServer,
+                                                         tmp_path: Path) -> None:
+    http_server.files["a.bin"] = PAYLOAD
+    fetch(url(http_server, "norange/a.bin"), tmp_path / "a.bin", FAST)
+    assert (tmp_path / "a.bin").read_bytes() == PAYLOAD
+    assert len(http_server.requests) == 2
+
+
 def test_transient_error_is_retried(http_server: FixtureServer, tmp_path: Path) -> None:
     http_server.files["a.bin"] = PAYLOAD
     fetch(url(http_server, "flaky/a.bin"), tmp_path / "a.bin", FAST)

@@ -114,8 +114,11 @@ def _http_attempt(url: str, dest: Path, timeout: float) -> None:
     if response is None:
         return
     with response:
-        resumed = response.status == 206 and response.headers.get(
-            "Content-Range", "").startswith(f"bytes {have}-")
+        resumed = response.status == 206
+        if resumed and not response.headers.get("Content-Range", "").startswith(
+                f"bytes {have}-"):
+            dest.unlink()  # a range we did not ask for: start over from byte 0
+            raise _Transient("server answered with another byte range")
         start = have if resumed else 0
         length = response.headers.get("Content-Length")
         total = start + int(length) if length and length.isdigit() else None
