@@ -29,6 +29,7 @@ class Scenario:
     hold_watch: bool = False  # keep the watch open after the last state (timeout, SIGTERM)
     log_lines: list[str] = field(default_factory=list)
     existing: dict[str, Any] | None = None  # a job created by an earlier attempt
+    events: list[dict[str, Any]] = field(default_factory=list)
     on_create: Callable[[dict[str, Any]], None] | None = None  # plays the trainer's part
 
 
@@ -125,6 +126,9 @@ class Handler(BaseHTTPRequestHandler):
             return self._pods(parts[3])
         if request.path.endswith("/log"):
             return self._log()
+        if request.path.endswith("/events"):
+            return self._json(200, {"kind": "EventList", "apiVersion": "v1", "metadata": {},
+                                    "items": self.cluster.scenario.events})
         self._status(404, "NotFound")
 
     def _watch(self, request: Request) -> None:

@@ -114,10 +114,25 @@ def test_existing_job_is_attached_not_recreated(env, cli, monkeypatch) -> None:
     assert read_manifest(env["output"], "train")["n_items"] == 3
 
 
-def test_timeout_deletes_the_job(env, cli, monkeypatch) -> None:
-    with serve(env, monkeypatch, Scenario(states=["Running"], hold_watch=True)) as server:
-        code, _, err = cli(*argv(env, "--timeout", "1"))
+def event(kind: str, name: str, kind_of_event: str, reason: str, message: str
+          ) -> dict[str, Any]:
+    return {"metadata": {"name": f"{name}.1", "namespace": "team-a"}, "type": kind_of_event,
+            "involvedObject": {"kind": kind, "name": name, "namespace": "team-a"},
+            "reason": reason, "message": message}
+
+
+def test_timeout_deletes_the_job_and_says_why_it_was_stuck(env, cli, monkeypatch) -> None:
+    events = [event("Pod", f"{JOB}-worker-1", "Warning", "FailedScheduling",
+                    "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."),
+              event("Pod", f"{JOB}-worker-0", "Normal", "Scheduled", "assigned"),
+              event("Pod", "someone-elses-pod", "Warning", "BackOff", "not ours")]
+    scenario = Scenario(states=["Running"], hold_watch=True, events=events)
+    with serve(env, monkeypatch, scenario) as server:
+        code, out, err = cli(*argv(env, "--timeout", "1"))
     assert code == 1
+    assert (f"event Pod/{JOB}-worker-1: FailedScheduling: 0/3 nodes are available: "
+            "3 Insufficient nvidia.com/gpu.") in out
+    assert "Scheduled" not in out and "not ours" not in out
     assert f"mpijob team-a/{JOB} did not finish within 1 s (deleted it)" in err
     (delete,) = server.cluster.seen("DELETE")
     assert delete.path == f"/apis/kubeflow.org/v2beta1/namespaces/team-a/mpijobs/{JOB}"

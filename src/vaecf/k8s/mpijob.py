@@ -1,8 +1,8 @@
 """Run one MPIJob to completion: create or attach, watch, stream the launcher log, delete.
 
 Everything goes through the official ``kubernetes`` client, and only through the verbs the
-launcher's Role grants (``manifests/rbac.yaml``): mpijobs create/get/list/watch/delete, pods
-get/list/watch, pods/log get.
+launcher's Role grants (``manifests/base/rbac.yaml``): mpijobs create/get/list/watch/delete,
+pods get/list/watch, pods/log get, events list.
 """
 
 from __future__ import annotations
@@ -184,13 +184,31 @@ class MPIJobRun:
             if (finished := terminal_condition(self._get())) is not None:
                 return self._finish(*finished)
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        self.report_warnings()
         self.delete()
         raise VaecfError(f"{self.ref} did not finish within {timeout:g} s (deleted it)")
+
+    def report_warnings(self, limit: int = 10) -> None:
+        """Log the job's and its pods' latest Warning events: why a job is stuck or failed
+        (e.g. ``FailedScheduling: 0/4 nodes have enough nvidia.com/gpu``)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            events = self._core.list_namespaced_event(self.namespace).items
+        except ApiException as err:  # diagnostics only, never fatal
+            log.info(f"(events of {self.ref} unavailable: HTTP {err.status})")
+            return
+        mine = [e for e in events if e.type == "Warning" and e.involved_object
+                and (e.involved_object.name or "").startswith(self.name)]
+        for event in mine[-limit:]:
+            log.info(f"event {event.involved_object.kind}/{event.involved_object.name}: "
+                     f"{event.reason}: {event.message}")
 
     def _finish(self, state: str, message: str) -> str:
         self._follow_launcher_log(wait=True)
         log.info(f"{self.ref} {state}" + (f" ({message})" if message else ""))
         if state != "Succeeded":
+            self.report_warnings()
             raise VaecfError(f"{self.ref} failed: {message or 'no message'}; see the "
                              "launcher log above")
         return message
