@@ -199,3 +199,21 @@ def test_dataset_funnel_equals_the_data_stages_counts(cli, tmp_path: Path) -> No
     markdown = (tmp_path / "report" / "report.md").read_text()
     assert f"| raw rows | {counts['raw']['rows']:,} |" in markdown
     assert "| seed | 98765 |" in markdown  # parameters as given, not as measurements
+
+
+def test_speed_against_a_reference_run(cli, tmp_path: Path) -> None:
+    paths = write_inputs(tmp_path)
+    reference = json.loads(paths["benchmark"].read_text())
+    for config in reference["configs"]:
+        config["users_per_second"] = {"min": 800.0, "median": 840.0}
+    (tmp_path / "previous.json").write_text(json.dumps(reference))
+    out = tmp_path / "report"
+    code, _, err = cli("report", "--output", out, "--benchmark", paths["benchmark"],
+                       "--reference", tmp_path / "previous.json")
+    assert code == 0, err
+    data = json.loads((out / "report.json").read_text())
+    ratios = {r["config"]: r["ratio"] for r in data["speed"]["versus_reference"]}
+    assert ratios["fp32 x1 b512"] == pytest.approx(1050 / 840)  # median of 1000 and 1100
+    markdown = (out / "report.md").read_text()
+    verdict = markdown[:markdown.index("## Speed")]
+    assert "vs the reference run, fp32 x1 b512: 1.25x (1,050.0 vs 840.0 users/s)" in verdict
