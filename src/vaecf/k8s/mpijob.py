@@ -7,13 +7,11 @@ pods get/list/watch, pods/log get, events list.
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -24,34 +22,11 @@ GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
 LAUNCHER_SELECTOR = ("training.kubeflow.org/job-name={name},"
                      "training.kubeflow.org/job-role=launcher")
 WATCH_CHUNK_SECONDS = 60
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 class Cancelled(BaseException):
     """SIGTERM or SIGINT arrived (KFP cancels a run with SIGTERM). Not an ``Exception``, so
     no library ``except Exception`` swallows it on its way to the cleanup."""
-
-
-def api_client() -> Any:
-    """An ``ApiClient``: in-cluster credentials in a pod, else ``$KUBECONFIG``/~/.kube."""
-    from kubernetes import client, config
-
-    try:
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            configuration = client.Configuration()
-            config.load_incluster_config(client_configuration=configuration)
-            return client.ApiClient(configuration)
-        # Read $KUBECONFIG now: the client reads it once, when it is first imported.
-        return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
-    except config.ConfigException as err:
-        raise VaecfError(f"no Kubernetes credentials: {err}") from err
-
-
-def current_namespace() -> str:
-    """The pod's own namespace (where KFP runs the step), else ``default``."""
-    if SERVICE_ACCOUNT_NAMESPACE.is_file():
-        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
-    return "default"
 
 
 @contextmanager

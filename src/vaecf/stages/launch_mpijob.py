@@ -15,7 +15,7 @@ from pathlib import Path
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, publish, read_manifest, storage
-from vaecf.k8s import mpijob, render
+from vaecf.k8s import client, mpijob, render
 from vaecf.stages import new_parser, run_stage
 
 STAGE = "launch-mpijob"
@@ -59,7 +59,7 @@ def params_from_args(args: argparse.Namespace) -> render.MPIJobParams:
     if not storage.is_s3(store):
         raise VaecfError(f"--store {args.store!r}: expected an s3:// prefix")
     return render.MPIJobParams(
-        name=name, namespace=args.namespace or mpijob.current_namespace(), run_id=args.run_id,
+        name=name, namespace=args.namespace or client.current_namespace(), run_id=args.run_id,
         image=args.image,
         split_uri=args.split if storage.is_s3(args.split) else f"{store}/{name}/split",
         model_uri=f"{store}/{name}/model", checkpoint_uri=f"{store}/{name}/checkpoints",
@@ -89,7 +89,7 @@ def launch(args: argparse.Namespace) -> None:
     check_split(args.split)
     storage.check_bucket(params.model_uri)
     with publish(args.output) as staging:
-        run = mpijob.MPIJobRun(mpijob.api_client(), params.namespace, params.name)
+        run = mpijob.MPIJobRun(client.api_client(), params.namespace, params.name)
         with mpijob.delete_on_cancel(run):
             if not storage.is_s3(args.split) and not run.exists():
                 log.info(f"staging the split at {params.split_uri}")
