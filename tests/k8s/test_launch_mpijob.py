@@ -158,7 +158,9 @@ def test_sigterm_deletes_the_job(env, monkeypatch) -> None:
 
 @pytest.mark.parametrize(("extra", "message"), [
     (["--workers", "0"], "--workers 0: expected 1..1024"),
-    (["--batch-size", "1"], "--batch-size 1: the global batch must be >= the world size 2"),
+    (["--batch-size", "63"], "--batch-size 63: the global batch must be a multiple of the "
+                             "world size 2"),
+    (["--store", "s3://ab"], "s3://ab/vaecf-train-"),
     (["--image", "Not An Image"], "--image 'Not An Image': expected registry/name"),
     (["--slots-per-worker", "2"], "--slots-per-worker 2: must equal --gpus-per-worker 1"),
 ])

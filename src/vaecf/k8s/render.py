@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vaecf.errors import VaecfError
+from vaecf.io.storage import is_s3, split_s3
 
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -91,19 +92,21 @@ def validate(params: MPIJobParams) -> None:
          f"--slots-per-worker {params.slots_per_worker}: must equal --gpus-per-worker "
          f"{params.gpus_per_worker} (one Horovod rank per GPU)"),
         (params.epochs >= 1, f"--epochs {params.epochs}: expected >= 1"),
-        (params.batch_size >= params.world_size,
-         f"--batch-size {params.batch_size}: the global batch must be >= the world size "
-         f"{params.world_size}"),
+        (params.batch_size >= params.world_size
+         and params.batch_size % max(1, params.world_size) == 0,
+         f"--batch-size {params.batch_size}: the global batch must be a multiple of the "
+         f"world size {params.world_size} (workers x slots per worker)"),
         (params.precision in PRECISIONS,
          f"--precision {params.precision!r}: expected one of {', '.join(PRECISIONS)}"),
     ]
-    for uri_flag, uri in (("--split", params.split_uri), ("--output", params.model_uri),
-                          ("checkpoint", params.checkpoint_uri)):
-        checks.append((uri.startswith("s3://") and len(uri) > len("s3://abc"),
-                       f"{uri_flag} {uri!r}: MPIJob pods need an s3:// URI"))
     for ok, message in checks:
         if not ok:
             raise VaecfError(message)
+    for what, uri in (("split", params.split_uri), ("model", params.model_uri),
+                      ("checkpoint", params.checkpoint_uri)):
+        if not is_s3(uri):
+            raise VaecfError(f"{what} {uri!r}: the MPIJob's pods need an s3:// URI")
+        split_s3(uri)  # raises on a malformed bucket
 
 
 def default_template() -> Path:
