@@ -69,8 +69,10 @@ def params(**change: Any) -> render.MPIJobParams:
 
 RENDERED = {
     "2x1-gpu": params(),
-    "4x4-gpu": params(workers=4, gpus_per_worker=4, slots_per_worker=4, xla=True),
-    "3x0-cpu": params(workers=3, gpus_per_worker=0, slots_per_worker=2, precision="fp32"),
+    "4x4-gpu": params(workers=4, gpus_per_worker=4, slots_per_worker=4, batch_size=1024,
+                      xla=True),
+    "3x0-cpu": params(workers=3, gpus_per_worker=0, slots_per_worker=2, batch_size=600,
+                      precision="fp32"),
     "1x8-bf16": params(workers=1, gpus_per_worker=8, slots_per_worker=8,
                        precision="mixed_bfloat16", secret_name="minio-creds"),
 }
@@ -154,6 +156,7 @@ def test_mpirun_world_matches_the_job_and_train_flags_parse(name) -> None:
     assert command[:2] == ["vaecf", "train"]
     train = build_parser("train").parse_args(command[2:])
     assert (train.expect_world_size, train.expect_hosts) == (workers * slots, workers)
+    assert train.batch_size % (workers * slots) == 0  # the trainer splits the global batch
     assert train.split.startswith("s3://") and train.output.startswith("s3://")
     for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
         assert args[args.index(variable) - 1] == "-x"  # forwarded to the ranks over ssh
