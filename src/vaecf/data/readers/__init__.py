@@ -66,7 +66,7 @@ def _concat(parts: list[RawInteractions], reader: str) -> RawInteractions:
         for key, value in part.counts.items():
             counts[key] = counts.get(key, 0) + value
     return RawInteractions(
-        user_id=np.concatenate([p.user_id for p in parts]),
-        item_id=np.concatenate([p.item_id for p in parts]),
+        user_id=np.concatenate([np.asarray(p.user_id) for p in parts]),
+        item_id=np.concatenate([np.asarray(p.item_id) for p in parts]),
         value=np.concatenate([p.value for p in parts]),
         kind=parts[0].kind, files=tuple(f for p in parts for f in p.files), counts=counts)

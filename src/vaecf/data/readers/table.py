@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
@@ -28,15 +29,15 @@ class RawInteractions:
     """What a reader returns: one row per (user, item, value) line of the raw data.
 
     Attributes:
-      user_id, item_id: raw ids, (n,) int64 (or object strings for Last.fm).
+      user_id, item_id: raw ids, (n,) int64, or a Categorical of strings (Last.fm).
       value: (n,) float64 rating in stars, play count, or 1 for implicit datasets.
       kind: ``rating``, ``plays`` or ``implicit``: decides the implicit-conversion rule.
       files: labels of the files read, in order.
       counts: reader-level counts worth recording (e.g. Last.fm rows without an artist id).
     """
 
-    user_id: np.ndarray
-    item_id: np.ndarray
+    user_id: np.ndarray | pd.Categorical
+    item_id: np.ndarray | pd.Categorical
     value: np.ndarray
     kind: str
     files: tuple[str, ...]
