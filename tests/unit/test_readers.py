@@ -179,3 +179,21 @@ def test_pinterest_train_and_test_files(tmp_path: Path) -> None:
     assert raw.item_id.tolist() == [9, 3, 5, 6, 5]
     assert raw.kind == "implicit"
     assert np.all(raw.value == 1)
+
+
+@pytest.mark.parametrize(("name", "content", "expected"), [
+    ("usersha1-artmbid-artname-plays.tsv", b"u1\tm\tA\t1\nu\xff2\tm\tA\t1\n",
+     "usersha1-artmbid-artname-plays.tsv: line 2: bytes are not UTF-8"),
+    ("usersha1-artmbid-artname-plays.tsv", b"u1\tm\tA\t1\nu2\tm\tA\n",
+     "line 2: expected 4 fields (user_sha1, artist_mbid, artist_name, plays), got 3"),
+    ("pinterest-20.train.rating", b"", "pinterest-20.train.rating: file is empty"),
+    ("pinterest-20.train.rating", b"0\t1\t1\n0\tx\t1\n",
+     "pinterest-20.train.rating: line 2: column 'item': 'x' is not an integer"),
+])
+def test_other_readers_bad_input(tmp_path: Path, name: str, content: bytes,
+                                 expected: str) -> None:
+    (tmp_path / name).write_bytes(content)
+    reader = "lastfm" if name.startswith("usersha1") else "pinterest"
+    with pytest.raises(VaecfError) as err:
+        _read(reader, tmp_path, name)
+    assert expected in str(err.value)
