@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.images import Images
+from components.images import Images, load_digests
 from pipelines.vaecf_pipeline import compile_pipeline
 from vaecf.cli import build_parser
 from vaecf.k8s import kfp_report
@@ -269,3 +269,15 @@ def test_make_push_records_digests_that_make_pipeline_pins(tmp_path) -> None:
     images = {container(spec, task)["image"] for task in ORDER}
     assert images == {f"registry.example/ml/vaecf-{n}@{DIGEST}" for n in ("data", "train",
                                                                           "launcher")}
+
+
+def test_image_refs_and_digest_file_validation(tmp_path) -> None:
+    pinned = Images("registry.example/ml/", "9.9", {"train": DIGEST})
+    assert (pinned.data, pinned.train) == ("registry.example/ml/vaecf-data:9.9",
+                                           f"registry.example/ml/vaecf-train@{DIGEST}")
+    with pytest.raises(ValueError, match="unknown image 'gpu'"):
+        pinned.ref("gpu")
+    bad = tmp_path / "digests.json"
+    bad.write_text(json.dumps({"train": "sha256:short"}))
+    with pytest.raises(ValueError, match="train: expected one of"):
+        load_digests(bad)
