@@ -25,7 +25,14 @@ import pandas as pd
 import pyarrow as pa
 import scipy.sparse as sp
 
-from vaecf.data.splits import HELDOUT_SPLITS, MANIFEST_STAGE, SPLITS, save_csr, save_parquet
+from vaecf.data.splits import (
+    HELDOUT_SPLITS,
+    MANIFEST_STAGE,
+    SPLITS,
+    matrix_names,
+    save_csr,
+    save_parquet,
+)
 from vaecf.errors import VaecfError
 from vaecf.io.manifest import write_manifest
 
@@ -52,9 +59,8 @@ class SplitResult:
     counts: dict[str, Any]
 
 
-def _assign_users(user_ids: np.ndarray, config: SplitConfig) -> np.ndarray:
-    """Split name per user (aligned with sorted ``user_ids``)."""
-    n_users = len(user_ids)
+def _assign_users(n_users: int, config: SplitConfig) -> np.ndarray:
+    """(n_users,) int8 split code per user (index into ``SPLITS``), users in sorted-id order."""
     if config.heldout_users is not None:
         n_val = n_test = config.heldout_users
     else:
@@ -64,11 +70,10 @@ def _assign_users(user_ids: np.ndarray, config: SplitConfig) -> np.ndarray:
         raise VaecfError(f"cannot hold out {n_val} val + {n_test} test users of {n_users}: "
                          "too few users for this split")
     order = np.random.default_rng(config.seed).permutation(n_users)
-    assignment = np.empty(n_users, dtype=object)
-    assignment[order[:n_val]] = "val"
-    assignment[order[n_val:n_val + n_test]] = "test"
-    assignment[order[n_val + n_test:]] = "train"
-    return assignment
+    codes = np.zeros(n_users, dtype=np.int8)  # train
+    codes[order[:n_val]] = SPLITS.index("val")
+    codes[order[n_val:n_val + n_test]] = SPLITS.index("test")
+    return codes
 
 
 def split_interactions(interactions: pd.DataFrame, config: SplitConfig) -> SplitResult:
@@ -78,52 +83,58 @@ def split_interactions(interactions: pd.DataFrame, config: SplitConfig) -> Split
       interactions: columns ``user_id`` and ``item_id`` (raw ids), one row per positive pair.
       config: fractions and seed.
     """
-    frame = interactions[["user_id", "item_id"]].sort_values(["user_id", "item_id"],
-                                                             ignore_index=True)
-    user_ids, user_pos = np.unique(frame["user_id"].to_numpy(), return_inverse=True)
-    split_of_user = _assign_users(user_ids, config)
-    pair_split = split_of_user[user_pos]
-    item_ids = np.unique(frame["item_id"].to_numpy()[pair_split == "train"])
-    item_idx = np.searchsorted(item_ids, frame["item_id"].to_numpy())
-    in_universe = (item_idx < len(item_ids)) & (
-        item_ids[np.minimum(item_idx, len(item_ids) - 1)] == frame["item_id"].to_numpy())
-    pairs = pd.DataFrame({"user_pos": user_pos, "item_idx": item_idx, "split": pair_split})
+    user_ids, user_pos = np.unique(interactions["user_id"].to_numpy(), return_inverse=True)
+    raw_items = interactions["item_id"].to_numpy()
+    split_of_user = _assign_users(len(user_ids), config)
+    item_ids = np.unique(raw_items[split_of_user[user_pos] == 0])
+    item_idx = np.minimum(np.searchsorted(item_ids, raw_items), len(item_ids) - 1)
+    in_universe = item_ids[item_idx] == raw_items
     counts: dict[str, Any] = {"pairs_outside_item_universe": int((~in_universe).sum())}
-    pairs = pairs[in_universe]
-    users = pd.DataFrame({"user_pos": np.arange(len(user_ids)), "user_id": user_ids,
-                          "split": split_of_user})
-    kept = users["user_pos"].isin(np.unique(pairs["user_pos"]))
+    user_pos, item_idx = user_pos[in_universe], item_idx[in_universe]
+
+    kept = np.zeros(len(user_ids), dtype=bool)
+    kept[user_pos] = True
     counts["heldout_users_without_items"] = int((~kept).sum())
-    users = users[kept]
-    users = pd.concat([users[users["split"] == s] for s in SPLITS], ignore_index=True)
-    users["user_idx"] = np.arange(len(users), dtype=np.int32)
-    pairs = pairs.merge(users[["user_pos", "user_idx"]], on="user_pos")
-    pairs = pairs.sort_values(["user_idx", "item_idx"], ignore_index=True)
-    pairs["part"] = _parts(pairs, config)
-    for split in HELDOUT_SPLITS:
-        heldout = pairs[pairs["split"] == split]
-        has_holdout = heldout.loc[heldout["part"] == f"{split}_holdout", "user_idx"].unique()
+    # user_idx: train users, then val, then test; sorted by user_id within each split.
+    order = np.lexsort((np.arange(len(user_ids)), split_of_user))
+    order = order[kept[order]]
+    idx_of_pos = np.full(len(user_ids), -1, dtype=np.int64)
+    idx_of_pos[order] = np.arange(len(order))
+    users = pd.DataFrame({"user_idx": np.arange(len(order), dtype=np.int32),
+                          "user_id": user_ids[order],
+                          "split": np.asarray(SPLITS)[split_of_user[order]]})
+
+    user_idx = idx_of_pos[user_pos]
+    canonical = np.lexsort((item_idx, user_idx))
+    user_idx, item_idx = user_idx[canonical], item_idx[canonical]
+    part = _parts(user_idx, split_of_user[order][user_idx], config)
+    for code, split in enumerate(SPLITS[1:], start=1):
+        with_holdout = len(np.unique(user_idx[part == 2 * code]))
         counts[f"{split}_users_without_holdout"] = int(
-            (users["split"] == split).sum() - len(has_holdout))
-    return SplitResult(users=users[["user_idx", "user_id", "split"]], item_ids=item_ids,
-                       pairs=pairs[["user_idx", "item_idx", "part"]], counts=counts)
+            (split_of_user[order] == code).sum() - with_holdout)
+    pairs = pd.DataFrame({
+        "user_idx": user_idx.astype(np.int32), "item_idx": item_idx.astype(np.int32),
+        "part": pd.Categorical.from_codes(part, categories=matrix_names())})
+    return SplitResult(users=users, item_ids=item_ids, pairs=pairs, counts=counts)
 
 
-def _parts(pairs: pd.DataFrame, config: SplitConfig) -> np.ndarray:
-    """``train``, or ``<split>_fold_in`` / ``<split>_holdout`` per pair, by a seeded shuffle
-    of each held-out user's items (pairs must be sorted by user_idx, item_idx)."""
-    keys = np.random.default_rng([config.seed, 1]).random(len(pairs))
-    users = pairs["user_idx"].to_numpy()
-    order = np.lexsort((keys, users))
-    sorted_users = users[order]
-    starts = np.searchsorted(sorted_users, sorted_users, side="left")
-    sizes = np.searchsorted(sorted_users, sorted_users, side="right") - starts
-    rank = np.arange(len(order)) - starts
+def _parts(user_idx: np.ndarray, split: np.ndarray, config: SplitConfig) -> np.ndarray:
+    """Part code per pair (index into ``matrix_names()``: train, val_fold_in, val_holdout,
+    test_fold_in, test_holdout), by a seeded shuffle of each held-out user's items.
+
+    Args:
+      user_idx: (n,) sorted; pairs in canonical (user_idx, item_idx) order.
+      split: (n,) split code of each pair's user.
+    """
+    keys = np.random.default_rng([config.seed, 1]).random(len(user_idx))
+    order = np.lexsort((keys, user_idx))
+    starts = np.searchsorted(user_idx, user_idx, side="left")
+    sizes = np.searchsorted(user_idx, user_idx, side="right") - starts
     holdout = np.empty(len(order), dtype=bool)
-    holdout[order] = rank < np.floor(config.holdout_fraction * sizes)
-    split = pairs["split"].to_numpy()
-    part = np.where(holdout, split + "_holdout", split + "_fold_in")
-    return np.where(split == "train", "train", part)
+    holdout[order] = (np.arange(len(order)) - starts) < np.floor(
+        config.holdout_fraction * sizes)
+    part = np.where(split == 0, 0, 2 * split - 1 + holdout)
+    return part.astype(np.int8)
 
 
 def write_split(result: SplitResult, directory: Path, *, inputs: dict[str, Any],
