@@ -13,9 +13,19 @@ from collections.abc import Callable
 from vaecf.errors import VaecfError
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default, unless it has none or its help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 def new_parser(stage: str, description: str) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(prog=f"vaecf {stage}", description=description,
-                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                   formatter_class=_HelpFormatter)
 
 
 def run_stage(stage: str, parser: argparse.ArgumentParser, argv: list[str] | None,
