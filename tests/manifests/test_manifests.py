@@ -141,6 +141,13 @@ def test_workers_have_shm_in_memory_and_launcher_no_gpu(name) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(JOBS))
+def test_no_service_mesh_sidecar_in_mpi_pods(name) -> None:
+    for role in ROLES:
+        template = JOBS[name]["spec"]["mpiReplicaSpecs"][role]["template"]
+        assert template["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
 def test_mpirun_world_matches_the_job_and_train_flags_parse(name) -> None:
     job = JOBS[name]
     workers = job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
