@@ -33,13 +33,17 @@ def _mix(x: tf.Tensor) -> tf.Tensor:
 
 
 def hash_keys(*keys: tf.Tensor | int) -> tf.Tensor:
-    """Chain-hash broadcastable int64 keys into one 32-bit value per element (int64)."""
+    """Chain-hash broadcastable int64 keys into one 32-bit value per element (int64).
+
+    Scalar keys (seed, stream, step) contribute all 64 bits; array keys (user and item
+    indices, below 2**32) only their low 32 bits, which halves the per-element work.
+    """
     state = tf.constant(0x9E3779B9, tf.int64)
     for key in keys:
         key = tf.cast(key, tf.int64)
         state = _mix(tf.bitwise.bitwise_xor(state, tf.bitwise.bitwise_and(key, _MASK)))
-        # Keys above 32 bits (large step counts) contribute their high half too.
-        state = _mix(tf.bitwise.bitwise_xor(state, tf.bitwise.right_shift(key, 32)))
+        if key.shape.rank == 0:
+            state = _mix(tf.bitwise.bitwise_xor(state, tf.bitwise.right_shift(key, 32)))
     return state
 
 

@@ -7,7 +7,7 @@ A batch is a ``SparseBatch``: the users' items as (row, item_idx, value) triples
 dense users x items matrix. The first layer multiplies that sparse batch by its kernel, so
 its cost and its gradient scale with the batch's non-zeros, not with the item count. The
 item dimension is padded to a multiple of 8 (tensor-core and vector friendly); padded items
-get a -1e9 logit so they take no probability mass and receive no gradient.
+get the most negative logit so they take no probability mass and receive no gradient.
 
 Initialisation follows the paper's code: Xavier (Glorot uniform) weights and truncated
 normal biases with standard deviation 0.001 (Keras' zero biases cost accuracy).
@@ -25,7 +25,6 @@ import tensorflow as tf
 from vaecf.model import noise
 
 PAD_MULTIPLE = 8
-_PAD_LOGIT = -1e9
 
 
 class SparseBatch(NamedTuple):
@@ -72,6 +71,31 @@ class SparseDense(keras.layers.Layer):
         return tf.tanh(product + self.bias.value)
 
 
+class ItemLogits(keras.layers.Layer):
+    """``h @ kernel + bias`` over the padded items, in the compute dtype (one fused kernel).
+
+    Padded items get the dtype's most negative logit through the bias, so they take no
+    probability mass and get no gradient; the bias add rides on oneDNN's fused MatMul+BiasAdd.
+    """
+
+    def __init__(self, hidden: int, n_items: int, n_padded: int, seed: int,
+                 **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        init = _initializers(seed, 3)
+        self.kernel = self.add_weight(shape=(hidden, n_padded), name="kernel",
+                                      initializer=init["kernel_initializer"])
+        self.bias = self.add_weight(shape=(n_padded,), name="bias",
+                                    initializer=init["bias_initializer"])
+        self._is_pad = tf.range(n_padded) >= n_items
+
+    def call(self, hidden: tf.Tensor) -> tf.Tensor:
+        dtype = tf.as_dtype(self.compute_dtype)
+        kernel = tf.cast(self.kernel.value, dtype)
+        bias = tf.where(self._is_pad, tf.constant(dtype.min, dtype),
+                        tf.cast(self.bias.value, dtype))
+        return tf.nn.bias_add(tf.matmul(tf.cast(hidden, dtype), kernel), bias)
+
+
 class MultVAE(keras.Model):
     """Mult-VAE returning float32 logits [users, padded items], mu and logvar [users, latent].
 
@@ -97,13 +121,18 @@ class MultVAE(keras.Model):
                                               **_initializers(seed, 1))
         self.decoder_hidden = keras.layers.Dense(hidden, activation="tanh", dtype=policy,
                                                  name="decoder_hidden", **_initializers(seed, 2))
-        self.decoder_out = keras.layers.Dense(self.n_padded, name="decoder_out", dtype=policy,
-                                              **_initializers(seed, 3))
-        pad = tf.concat([tf.zeros([n_items]), tf.fill([self.n_padded - n_items], _PAD_LOGIT)], 0)
-        self._pad_logits = pad
+        self.decoder_out = ItemLogits(hidden, n_items, self.n_padded, seed, name="decoder_out",
+                                      dtype=policy)
 
     def call(self, batch: SparseBatch, training: bool = False,
              step: tf.Tensor | int = 0) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """(float32 logits [users, padded items], mu, logvar [users, latent])."""
+        logits, mu, logvar = self.forward(batch, training, step)
+        return tf.cast(logits, tf.float32), mu, logvar
+
+    def forward(self, batch: SparseBatch, training: bool = False,
+                step: tf.Tensor | int = 0) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Like ``call`` but the logits stay in the compute dtype (the loss upcasts them)."""
         users = tf.shape(batch.user_idx, out_type=tf.int64)[0]
         values = self._normalise(batch, users)
         if training and self.dropout > 0.0:
@@ -120,8 +149,7 @@ class MultVAE(keras.Model):
         if training:
             eps = noise.normal(self.seed, step, batch.user_idx, self.latent)
             z = mu + eps * tf.exp(0.5 * logvar)
-        logits = self.decoder_out(self.decoder_hidden(z))
-        return tf.cast(logits, tf.float32) + self._pad_logits, mu, logvar
+        return self.decoder_out(self.decoder_hidden(z)), mu, logvar
 
     @staticmethod
     def _normalise(batch: SparseBatch, users: tf.Tensor) -> tf.Tensor:

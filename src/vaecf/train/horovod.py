@@ -24,6 +24,7 @@ from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.model import MultVAE, SparseBatch, beta_at, gaussian_kl, l2_penalty, multinomial_nll
 from vaecf.train.config import TrainConfig
+from vaecf.train.optimizer import FusedAdam
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def _check_shape(config: TrainConfig, size: int, hosts: int) -> None:
 
 def make_optimizer(config: TrainConfig) -> keras.optimizers.Optimizer:
     """Adam, wrapped for dynamic loss scaling under float16."""
-    adam = keras.optimizers.Adam(learning_rate=config.learning_rate)
+    adam = FusedAdam(learning_rate=config.learning_rate)
     if config.precision == "mixed_float16":
         return keras.optimizers.LossScaleOptimizer(adam)
     return adam
@@ -100,7 +101,7 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
     def step(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         beta = beta_at(step_idx, config.beta_cap, config.anneal_steps)
         with tf.GradientTape() as tape:  # Horovod: plain tape (Keras 3 breaks the wrapper)
-            logits, mu, logvar = model(batch, training=True, step=step_idx)
+            logits, mu, logvar = model.forward(batch, training=True, step=step_idx)
             nll = tf.reduce_mean(multinomial_nll(logits, batch))
             kl = tf.reduce_mean(gaussian_kl(mu, logvar))
             penalty = l2_penalty([k.value for k in model.weight_kernels()], config.l2)
@@ -109,7 +110,9 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
         grads = tape.gradient(scaled, variables)
         if size > 1:
             grads = hvd.grouped_allreduce(grads, op=hvd.Average)  # Horovod: average grads
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        finite = tf.constant(True)
+        if scaling:  # the optimizer skips the step on overflow; count it for the log
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
         optimizer.apply(grads, variables)  # Horovod: unscale (fp16), skip if not finite
         stats = tf.stack([loss, nll, kl, beta])
         if size > 1:
