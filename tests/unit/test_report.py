@@ -137,3 +137,12 @@ def test_malformed_inputs_name_the_file_and_line(tmp_path: Path) -> None:
         read_benchmark(str(bench))
     with pytest.raises(VaecfError, match=r"absent.json: input file does not exist"):
         read_metrics(str(tmp_path / "absent.json"))
+
+
+def test_a_busy_host_is_flagged_beyond_the_benchmarks_own_ranks() -> None:
+    machine = {"cpu_cores_usable": 2, "load_average": [3.5, 1.0, 1.0],
+               "load_average_end": [4.5, 2.0, 1.0]}
+    # 2 cores + 2 ranks of its own: a load of 4.5 means others were running
+    assert speed.host_load(machine, own=2) == {"load": 4.5, "cores": 2, "busy": True}
+    assert not speed.host_load(machine, own=3)["busy"]
+    assert speed.host_load({}, own=1) is None

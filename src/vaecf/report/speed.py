@@ -77,7 +77,23 @@ def analyse(bench: dict[str, Any], reference: dict[str, Any] | None) -> dict[str
     return {"configs": configs, "precision_speedups": precision_speedups(configs),
             "scaling": scaling(configs), "versus_reference": versus_reference(configs, reference),
             "compute_bound": bench.get("compute_bound"), "work": bench.get("work"),
-            "target_ndcg": bench.get("target_ndcg"), "split": bench.get("split")}
+            "target_ndcg": bench.get("target_ndcg"), "split": bench.get("split"),
+            "host_load": host_load(bench.get("fingerprint") or {},
+                                   max((c["world_size"] for c in configs), default=1))}
+
+
+def host_load(machine: dict[str, Any], own: int) -> dict[str, Any] | None:
+    """The busiest 1-minute load average seen (start or end) against the usable cores.
+
+    The benchmark's own ranks add up to ``own`` to the load; beyond cores + own, other
+    processes were competing for the CPU.
+    """
+    loads = [x[0] for x in (machine.get("load_average"), machine.get("load_average_end"))
+             if isinstance(x, list) and x]
+    cores = machine.get("cpu_cores_usable") or machine.get("cpu_cores")
+    if not loads or not cores:
+        return None
+    return {"load": max(loads), "cores": cores, "busy": max(loads) > cores + own}
 
 
 def verdict(speed: dict[str, Any]) -> list[str]:
@@ -98,6 +114,11 @@ def verdict(speed: dict[str, Any]) -> list[str]:
             lines.append(f"Strong scaling {s['precision']} b{s['batch_size']} to world size "
                          f"{s['world_size']}: {fmt_ratio(s['speedup'])} speed-up, "
                          f"{fmt_percent(s['efficiency'])} efficiency.")
+    load = speed.get("host_load")
+    if load and load["busy"]:
+        lines.append(f"Caution: the host was busy during the benchmark (load average "
+                     f"{load['load']:.1f} on {load['cores']} cores): other processes took part "
+                     "of the CPU, so these speeds understate the code.")
     for r in speed["versus_reference"]:
         lines.append(f"vs the reference run, {r['config']}: {fmt_ratio(r['ratio'])} "
                      f"({fmt(r['users_per_second'], 1)} vs "

@@ -38,8 +38,10 @@ def _work(speed: dict[str, Any]) -> str:
             "warm-up.")
     split = speed.get("split") or {}
     if split:
-        kind = "synthetic ML-20M-shaped" if split.get("synthetic") else "given"
-        text += (f" Data: {kind} split, {fmt_count(split.get('n_items'))} items, "
+        kind = ("generated synthetic" if split.get("synthetic")
+                else f"given ({split.get('dataset') or 'dataset not recorded'})")
+        text += (f" Data: {kind} split, {fmt_count((split.get('n_users') or {}).get('train'))} "
+                 f"training users, {fmt_count(split.get('n_items'))} items, "
                  f"{fmt(split.get('nnz_per_user'), 1)} known items per training user.")
     return text
 
