@@ -112,3 +112,19 @@ def test_mixed_bfloat16_keeps_logits_and_statistics_float32() -> None:
     assert logits.dtype == mu.dtype == logvar.dtype == tf.float32
     assert model.decoder_out.compute_dtype == "bfloat16"
     assert model.decoder_out.kernel.dtype == "float32"
+
+
+def test_hand_written_nll_gradient_matches_automatic_differentiation() -> None:
+    rng = np.random.default_rng(0)
+    logits = tf.constant(rng.normal(size=(3, 10)) * 3, tf.float32)
+    data = batch([0, 0, 1, 2, 2, 2, 0], [1, 4, 9, 0, 2, 3, 0], [5, 6, 7],
+                 [1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 0.0])
+    weights = tf.constant([0.5, -1.0, 2.0])
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(logits)
+        ours = tf.reduce_sum(weights * multinomial_nll(logits, data))
+        dense = tf.scatter_nd(tf.stack([data.rows, data.item_idx], 1), data.values, [3, 10])
+        reference = tf.reduce_sum(weights * -tf.reduce_sum(dense * tf.nn.log_softmax(logits), 1))
+    np.testing.assert_allclose(float(ours), float(reference), rtol=1e-6)
+    np.testing.assert_allclose(tape.gradient(ours, logits).numpy(),
+                               tape.gradient(reference, logits).numpy(), atol=1e-6)
