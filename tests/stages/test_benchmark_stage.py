@@ -43,20 +43,26 @@ def test_train_command_uses_flags_train_accepts(tmp_path: Path, changes: dict) -
 def test_benchmark_runs_the_trainer_and_the_report_renders_it(cli, tmp_path: Path) -> None:
     out = tmp_path / "bench"
     code, _, err = cli("benchmark", "--output", out, "--precisions", "fp32",
-                       "--world-sizes", "1", "2", "--batch-sizes", "64", "--steps", "3",
-                       "--synthetic-users", "400", "--synthetic-items", "150")
+                       "--world-sizes", "1", "2", "--batch-sizes", "64", "--epochs", "1",
+                       "--target-ndcg", "0.0", "--synthetic-users", "400",
+                       "--synthetic-items", "150")
     assert code == 0, err
     bench = json.loads((out / "benchmark.json").read_text())
     assert [(r["world_size"], r["status"]) for r in bench["runs"]] == [(1, "ok"), (2, "ok")], (
         [r.get("error") for r in bench["runs"]])
+    steps = -(-bench["split"]["n_users"]["train"] // 64)  # one pass over the train users
     for run in bench["runs"]:
         assert set(run) >= RUN_FIELDS
-        assert run["measured_epochs"] == 1 and run["measured_steps"] == 3
+        assert run["measured_epochs"] == 1 and run["measured_steps"] == steps
         assert run["users_per_second"] > 0 and 0 <= run["input_share"] <= 1
         assert run["bound_fraction"] == pytest.approx(
             run["users_per_second"] / run["bound_users_per_second"])
-        log = (out / "runs" / run["name"] / "train_log.jsonl").read_text().splitlines()
-        assert len(log) == 2  # warm-up + measured epoch
+        lines = (out / "runs" / run["name"] / "train_log.jsonl").read_text().splitlines()
+        log = [json.loads(line) for line in lines]
+        assert [e["epoch"] for e in log] == [1, 2]  # warm-up + measured epoch
+        assert run["users_per_second"] == pytest.approx(log[1]["users_per_second"])
+        # every epoch validated; NDCG@100 >= 0 holds at the first (warm-up included)
+        assert run["time_to_target_seconds"] == pytest.approx(log[0]["epoch_seconds"])
     (single, double) = bench["configs"]
     assert single["users_per_second"]["median"] == bench["runs"][0]["users_per_second"]
     assert bench["split"]["synthetic"] and bench["split"]["n_items"] <= 150
