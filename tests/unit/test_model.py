@@ -128,3 +128,12 @@ def test_hand_written_nll_gradient_matches_automatic_differentiation() -> None:
     np.testing.assert_allclose(float(ours), float(reference), rtol=1e-6)
     np.testing.assert_allclose(tape.gradient(ours, logits).numpy(),
                                tape.gradient(reference, logits).numpy(), atol=1e-6)
+
+
+def test_xla_compiled_dense_part_computes_the_same() -> None:
+    data = batch([0, 0, 1], [1, 2, 5], [0, 1])
+    plain, compiled = (MultVAE(30, hidden=8, latent=4, seed=2, xla=xla) for xla in (False, True))
+    step = tf.constant(4, tf.int64)
+    for a, b in zip(plain(data, training=True, step=step),
+                    compiled(data, training=True, step=step), strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)

@@ -106,10 +106,13 @@ class MultVAE(keras.Model):
       dropout: input dropout rate during training (paper: 0.5).
       policy: Keras dtype policy of the dense layers ("float32", "mixed_bfloat16", ...).
       seed: seed of the dropout and sampling noise.
+      xla: compile everything after the sparse first layer with XLA (``--xla``; XLA has no
+        kernel for the sparse product, so that layer stays outside the compiled cluster).
     """
 
     def __init__(self, n_items: int, hidden: int = 600, latent: int = 200,
-                 dropout: float = 0.5, policy: str = "float32", seed: int = 0) -> None:
+                 dropout: float = 0.5, policy: str = "float32", seed: int = 0,
+                 xla: bool = False) -> None:
         super().__init__()
         self.n_items = n_items
         self.n_padded = padded_items(n_items)
@@ -123,6 +126,9 @@ class MultVAE(keras.Model):
                                                  name="decoder_hidden", **_initializers(seed, 2))
         self.decoder_out = ItemLogits(hidden, n_items, self.n_padded, seed, name="decoder_out",
                                       dtype=policy)
+        self.encoder_out.build((None, hidden))  # variables exist before any (compiled) trace
+        self.decoder_hidden.build((None, latent))
+        self._dense_part = tf.function(self._dense, jit_compile=True) if xla else self._dense
 
     def call(self, batch: SparseBatch, training: bool = False,
              step: tf.Tensor | int = 0) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -142,12 +148,16 @@ class MultVAE(keras.Model):
             values = tf.where(keep, values / (1.0 - self.dropout), 0.0)
         sparse = tf.SparseTensor(tf.stack([batch.rows, batch.item_idx], axis=1), values,
                                  tf.stack([users, tf.constant(self.n_padded, tf.int64)]))
-        hidden = self.encoder_hidden(sparse)
+        return self._dense_part(self.encoder_hidden(sparse), batch.user_idx, step, training)
+
+    def _dense(self, hidden: tf.Tensor, user_idx: tf.Tensor, step: tf.Tensor | int,
+               training: bool) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """Encoder hidden activations [users, hidden] -> (logits, mu, logvar)."""
         stats = tf.cast(self.encoder_out(hidden), tf.float32)
         mu, logvar = stats[:, :self.latent], stats[:, self.latent:]
         z = mu
         if training:
-            eps = noise.normal(self.seed, step, batch.user_idx, self.latent)
+            eps = noise.normal(self.seed, step, user_idx, self.latent)
             z = mu + eps * tf.exp(0.5 * logvar)
         return self.decoder_out(self.decoder_hidden(z)), mu, logvar
 

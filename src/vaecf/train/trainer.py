@@ -49,7 +49,7 @@ class Trainer:
         self.n_items = train.shape[1]
         self.model = MultVAE(self.n_items, hidden=config.hidden, latent=config.latent,
                              dropout=config.dropout, policy=config.keras_policy,
-                             seed=config.seed)
+                             seed=config.seed, xla=config.xla)
         self.model.build_variables()
         self.optimizer = dist.make_optimizer(config)
         self.optimizer.build(self.model.trainable_variables)
