@@ -94,3 +94,17 @@ def test_every_run_failing_is_an_error_and_writes_nothing(cli, tmp_path: Path,
     assert "every benchmark run failed; first: fp32-np2-b3-r0: exit" in err
     assert "--batch-size 3" in err
     assert not out.exists()
+
+
+def test_a_failed_runs_error_is_the_ranks_exception(tmp_path: Path) -> None:
+    from vaecf.train.benchmark import _error_line
+
+    out = tmp_path / "train.out"
+    out.write_text("[0]<stdout>:training on 10 users\n[1]<stderr>:Traceback (most recent ...\n"
+                   "[1]<stderr>:    RecursionError: maximum recursion depth exceeded\n"
+                   "RuntimeError: Horovod detected that one or more processes exited with "
+                   "non-zero status\nProcess name: 0\n")
+    assert _error_line(out) == "RecursionError: maximum recursion depth exceeded"
+    out.write_text("[1]<stderr>:vaecf train: error: --batch-size 3: the global batch must "
+                   "divide evenly over 2 processes\nRuntimeError: Horovod detected ...\n")
+    assert _error_line(out).startswith("vaecf train: error: --batch-size 3")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,8 @@ from vaecf.io import open_input, read_manifest
 from vaecf.report import benchstats, fingerprint
 
 WARMUP_EPOCHS = 1
+# "ValueError: ..." on a line of its own, possibly prefixed by horovodrun's "[1]<stderr>:".
+_EXCEPTION = re.compile(r"^(?:\[\d+\]<std\w+>:)?\s*((?:[\w.]+\.)?\w*(?:Error|Exception)\b.*)$")
 RUN_TIMEOUT_SECONDS = 4 * 3600
 DEFAULT_HIDDEN, DEFAULT_LATENT = 600, 200
 
@@ -130,12 +133,15 @@ def run_one(config: BenchmarkConfig, split_dir: Path, shape: dict[str, Any], run
 
 
 def _error_line(output: Path) -> str:
-    """The trainer's own one-line error (from any rank), else the last line mentioning one."""
+    """The trainer's own one-line error (from any rank), else the last exception a rank raised
+    (not horovodrun's own "one or more processes exited"), else the last line."""
     lines = output.read_text(errors="replace").strip().splitlines() or ["no output"]
     for line in lines:
         if "vaecf train: error:" in line:
             return line[line.index("vaecf train: error:"):][:300]
-    return ([line for line in lines if "error" in line.lower()] or lines)[-1][-300:]
+    raised = [m.group(1) for line in lines if (m := _EXCEPTION.match(line))
+              and "Horovod detected" not in line]
+    return (raised or lines)[-1].strip()[:300]
 
 
 def _run_env(world_size: int) -> dict[str, str]:
