@@ -58,7 +58,9 @@ def start(config: TrainConfig) -> Runtime:
     _check_shape(config, size, hosts)
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
-        tf.config.set_visible_devices(gpus[local_rank % len(gpus)], "GPU")  # Horovod: pin GPU
+        gpu = gpus[local_rank % len(gpus)]
+        tf.config.experimental.set_memory_growth(gpu, True)
+        tf.config.set_visible_devices(gpu, "GPU")  # Horovod: pin the GPU by local rank
     keras.mixed_precision.set_global_policy(config.keras_policy)  # Horovod: precision policy
     keras.utils.set_random_seed(config.seed + rank)  # Horovod: per-rank seed
     return Runtime(rank=rank, size=size, local_rank=local_rank, hosts=hosts, hvd=hvd)
