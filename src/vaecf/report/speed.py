@@ -79,7 +79,8 @@ def analyse(bench: dict[str, Any], reference: dict[str, Any] | None) -> dict[str
             "compute_bound": bench.get("compute_bound"), "work": bench.get("work"),
             "target_ndcg": bench.get("target_ndcg"), "split": bench.get("split"),
             "host_load": host_load(bench.get("fingerprint") or {},
-                                   max((c["world_size"] for c in configs), default=1))}
+                                   max((c["world_size"] for c in configs), default=1)),
+            "ranks_share_host": (bench.get("fingerprint") or {}).get("gpu_count") == 0}
 
 
 def host_load(machine: dict[str, Any], own: int) -> dict[str, Any] | None:
@@ -109,11 +110,13 @@ def verdict(speed: dict[str, Any]) -> list[str]:
     for s in speed["precision_speedups"]:
         lines.append(f"{s['precision']} vs fp32 (x{s['world_size']} b{s['batch_size']}): "
                      f"{fmt_ratio(s['speedup'])} speed-up.")
+    shared = (" (no GPU: the ranks share this host's CPU, so this measures Horovod's overhead, "
+              "not added hardware)" if speed.get("ranks_share_host") else "")
     for s in speed["scaling"]:
         if s["world_size"] > 1:
             lines.append(f"Strong scaling {s['precision']} b{s['batch_size']} to world size "
                          f"{s['world_size']}: {fmt_ratio(s['speedup'])} speed-up, "
-                         f"{fmt_percent(s['efficiency'])} efficiency.")
+                         f"{fmt_percent(s['efficiency'])} efficiency{shared}.")
     load = speed.get("host_load")
     if load and load["busy"]:
         lines.append(f"Caution: the host was busy during the benchmark (load average "
