@@ -12,6 +12,7 @@ variable (``v.value``). Without Horovod installed, a run is a world of one.
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ def start(config: TrainConfig) -> Runtime:
     if hvd is not None:
         hvd.init()  # Horovod: initialise (a world of one when not launched by horovodrun)
         rank, size, local_rank = hvd.rank(), hvd.size(), hvd.local_rank()  # Horovod:
+        _share_cores(hvd.local_size())  # Horovod: ranks on one CPU host split its cores
         hosts = len(set(hvd.allgather_object(socket.gethostname())))  # Horovod: host count
     else:
         rank, size, local_rank, hosts = 0, 1, 0, 1
@@ -64,6 +66,19 @@ def start(config: TrainConfig) -> Runtime:
     keras.mixed_precision.set_global_policy(config.keras_policy)  # Horovod: precision policy
     keras.utils.set_random_seed(config.seed + rank)  # Horovod: per-rank seed
     return Runtime(rank=rank, size=size, local_rank=local_rank, hosts=hosts, hvd=hvd)
+
+
+def _share_cores(local_size: int) -> None:
+    """Give each of ``local_size`` CPU-only ranks on a host its share of the cores.
+
+    Without this every rank sizes its thread pools for the whole machine and the ranks
+    oversubscribe it. Must run before TensorFlow executes its first op.
+    """
+    cores = os.cpu_count() or 1
+    if local_size > 1 and not tf.config.list_physical_devices("GPU"):
+        threads = max(1, cores // local_size)
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
 
 
 def _check_shape(config: TrainConfig, size: int, hosts: int) -> None:
