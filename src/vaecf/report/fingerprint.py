@@ -69,14 +69,15 @@ def fingerprint_load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def matmul_rate(precision: str, size: int = 2048, trials: int = 5,
-                trial_seconds: float = 0.3) -> float:
+def matmul_rate(precision: str, size: int = 2048, trials: int = 20,
+                trial_seconds: float = 0.1) -> float:
     """Peak FLOP/s of a square dense matmul in the precision's compute dtype.
 
     After one untimed warm-up product, each trial repeats the product for ``trial_seconds``;
     the best trial is kept, because a bound is the rate the device can reach (a shared host
-    slows some trials down, never speeds one up). A ``size``-square product costs
-    ``2 * size**3`` FLOPs. On a GPU machine this runs on the first GPU, else on the CPU.
+    slows some trials down, never speeds one up; many short trials catch its idle moments).
+    A ``size``-square product costs ``2 * size**3`` FLOPs. On a GPU machine this runs on the
+    first GPU, else on the CPU.
     """
     import tensorflow as tf
 

@@ -103,10 +103,13 @@ def verdict(speed: dict[str, Any]) -> list[str]:
     if not ranked:
         return ["Speed: no benchmark run succeeded."]
     best = max(ranked, key=lambda c: median(c, "users_per_second") or 0.0)
+    runs = f"{best['runs_ok']} run" + ("" if best["runs_ok"] == 1 else "s")
     lines = [f"Fastest configuration {label(best)}: "
-             f"{fmt(median(best, 'users_per_second'), 1)} users/s (median of "
-             f"{best['runs_ok']} runs), {fmt_percent(median(best, 'bound_fraction'))} of "
-             "the compute bound."]
+             f"{fmt(median(best, 'users_per_second'), 1)} users/s (median of {runs}), "
+             f"{fmt_percent(median(best, 'bound_fraction'))} of the compute bound."]
+    if any((median(c, "bound_fraction") or 0.0) > 1.0 for c in ranked):
+        lines.append("A run exceeds 100% of the compute bound: the matmul rate was measured "
+                     "below the device's peak (a busy host), so the bound is underestimated.")
     for s in speed["precision_speedups"]:
         lines.append(f"{s['precision']} vs fp32 (x{s['world_size']} b{s['batch_size']}): "
                      f"{fmt_ratio(s['speedup'])} speed-up.")

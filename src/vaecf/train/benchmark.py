@@ -153,9 +153,13 @@ def _run_env(world_size: int) -> dict[str, str]:
     return env
 
 
-def matmul_rates(precisions: tuple[str, ...]) -> dict[str, float]:
-    """Peak matmul FLOP/s per precision on this host (see ``fingerprint.matmul_rate``)."""
-    return {p: fingerprint.matmul_rate(p) for p in precisions}
+def measure_rates(rates: dict[str, float], precisions: tuple[str, ...]) -> None:
+    """Measure the matmul FLOP/s of each precision again, keeping the best rate seen.
+
+    Measured before, between and after the runs: on a shared host the peak shows only when
+    the other tenants pause (see ``fingerprint.matmul_rate``)."""
+    for precision in precisions:
+        rates[precision] = max(rates.get(precision, 0.0), fingerprint.matmul_rate(precision))
 
 
 def compute_bound(shape: dict[str, Any], runs: list[dict[str, Any]],
@@ -198,10 +202,9 @@ def run_benchmark(config: BenchmarkConfig, output: Path) -> dict[str, Any]:
                                  config.seed)
         shape = split_shape(split_dir, synthetic=not config.split)
         machine = fingerprint.fingerprint()
-        before = matmul_rates(config.precisions)  # measured again after: the best is kept
-        runs = run_matrix(config, split_dir, shape, work, output)
-        after = matmul_rates(config.precisions)
-        rates = {p: max(before[p], after[p]) for p in config.precisions}
+        rates: dict[str, float] = {}
+        measure_rates(rates, config.precisions)
+        runs = run_matrix(config, split_dir, shape, work, output, rates)
         bound = compute_bound(shape, runs, rates, machine["gpu_count"])
     machine["load_average_end"] = fingerprint.fingerprint_load()
     return {"fingerprint": machine, "split": shape | {"uri": config.split},
@@ -212,8 +215,9 @@ def run_benchmark(config: BenchmarkConfig, output: Path) -> dict[str, Any]:
 
 
 def run_matrix(config: BenchmarkConfig, split_dir: Path, shape: dict[str, Any], work: Path,
-               output: Path) -> list[dict[str, Any]]:
-    """Every (precision, world size, batch size) ``repeats`` times, in that order."""
+               output: Path, rates: dict[str, float]) -> list[dict[str, Any]]:
+    """Every (precision, world size, batch size) ``repeats`` times, in that order; the matmul
+    rates are measured again after each run."""
     keys = [(p, w, b) for p in config.precisions for w in config.world_sizes
             for b in config.batch_sizes]
     runs = []
@@ -230,6 +234,7 @@ def run_matrix(config: BenchmarkConfig, split_dir: Path, shape: dict[str, Any], 
                 f"{run['users_per_second']:,.1f} users/s" if run["status"] == "ok"
                 else f"failed ({run['error']})"))
             runs.append(run)
+            measure_rates(rates, config.precisions)
             bar.update(1)
     bar.close()
     return runs
