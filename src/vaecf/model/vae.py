@@ -67,7 +67,13 @@ class SparseDense(keras.layers.Layer):
                                     initializer=init["bias_initializer"])
 
     def call(self, sparse: tf.SparseTensor) -> tf.Tensor:
-        product = tf.sparse.sparse_dense_matmul(sparse, self.kernel.value)
+        # TensorFlow's sparse product runs on one thread: two halves of the entries make two
+        # independent products that the executor runs in parallel (forward and gradient).
+        half = tf.shape(sparse.values)[0] // 2
+        parts = [tf.SparseTensor(sparse.indices[:half], sparse.values[:half], sparse.dense_shape),
+                 tf.SparseTensor(sparse.indices[half:], sparse.values[half:], sparse.dense_shape)]
+        product = tf.add_n([tf.sparse.sparse_dense_matmul(part, self.kernel.value)
+                            for part in parts])
         return tf.tanh(product + self.bias.value)
 
 
