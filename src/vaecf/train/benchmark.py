@@ -116,7 +116,7 @@ def run_one(config: BenchmarkConfig, split_dir: Path, shape: dict[str, Any], run
     with open(run_dir / "train.out", "w") as out:
         try:
             done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False,
-                                  timeout=RUN_TIMEOUT_SECONDS, env=_run_env(world_size))
+                                  timeout=RUN_TIMEOUT_SECONDS, env=_run_env())
         except subprocess.TimeoutExpired:
             return run | {"error": f"timed out after {RUN_TIMEOUT_SECONDS} s"}
     if done.returncode != 0:
@@ -144,12 +144,11 @@ def _error_line(output: Path) -> str:
     return (raised or lines)[-1].strip()[:300]
 
 
-def _run_env(world_size: int) -> dict[str, str]:
-    """The run's environment: on a CPU host, ranks split the cores instead of oversubscribing."""
+def _run_env() -> dict[str, str]:
+    """The run's environment: this one, with TensorFlow's C++ banners quiet (the trainer itself
+    splits a CPU host's cores between ranks)."""
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    cores = len(os.sched_getaffinity(0))
-    env.setdefault("TF_NUM_INTRAOP_THREADS", str(max(1, cores // world_size)))
     return env
 
 
