@@ -20,7 +20,7 @@ h1{border-bottom:2px solid #2c5d8f;padding-bottom:.2em}
 h2{margin-top:1.6em;color:#2c5d8f;border-bottom:1px solid #d5dde6}
 table{border-collapse:collapse;margin:.6em 0 1em;font-size:.92em}
 th,td{border:1px solid #c9d2dc;padding:.25em .6em;text-align:left}
-th{background:#eef3f8}td.num{text-align:right}
+th{background:#eef3f8}td.num{text-align:right;white-space:nowrap}
 caption{caption-side:top;text-align:left;font-weight:600;padding:.3em 0}
 .verdict{background:#f4f8ec;border-left:5px solid #5b8c2a;padding:.5em 1em}
 .verdict li{margin:.2em 0}

@@ -113,13 +113,14 @@ def verdict(speed: dict[str, Any]) -> list[str]:
     for s in speed["precision_speedups"]:
         lines.append(f"{s['precision']} vs fp32 (x{s['world_size']} b{s['batch_size']}): "
                      f"{fmt_ratio(s['speedup'])} speed-up.")
-    shared = (" (no GPU: the ranks share this host's CPU, so this measures Horovod's overhead, "
-              "not added hardware)" if speed.get("ranks_share_host") else "")
-    for s in speed["scaling"]:
-        if s["world_size"] > 1:
-            lines.append(f"Strong scaling {s['precision']} b{s['batch_size']} to world size "
-                         f"{s['world_size']}: {fmt_ratio(s['speedup'])} speed-up, "
-                         f"{fmt_percent(s['efficiency'])} efficiency{shared}.")
+    scaled = [s for s in speed["scaling"] if s["world_size"] > 1]
+    for s in scaled:
+        lines.append(f"Strong scaling {s['precision']} b{s['batch_size']} to world size "
+                     f"{s['world_size']}: {fmt_ratio(s['speedup'])} speed-up, "
+                     f"{fmt_percent(s['efficiency'])} efficiency.")
+    if scaled and speed.get("ranks_share_host"):
+        lines.append("No GPU: the ranks shared this host's CPU, so strong scaling here measures "
+                     "Horovod's overhead, not added hardware.")
     load = speed.get("host_load")
     if load and load["busy"]:
         lines.append(f"Caution: the host was busy during the benchmark (load average "
