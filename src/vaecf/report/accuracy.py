@@ -78,15 +78,18 @@ def verdict(acc: dict[str, Any]) -> list[str]:
     """One sentence on the paper and one per baseline, judged on NDCG@100."""
     ndcg = acc["metrics"]["ndcg_at_100"]
     mean, stderr = ndcg["mean"], ndcg["stderr"]
-    if mean + Z * stderr >= PAPER["ndcg_at_100"]:
+    if not acc["comparable_to_paper"]:  # no verdict against a yardstick that does not apply
+        judged = "cannot be judged against the paper"
+    elif mean + Z * stderr >= PAPER["ndcg_at_100"]:
         judged = "matches or beats the paper"
     elif ndcg["ratio_to_paper"] >= 0.95:
         judged = "is close to the paper (within 5%)"
     else:
         judged = "is below the paper"
+    share = (f"({ndcg['ratio_to_paper']:.1%} of it)" if acc["comparable_to_paper"]
+             else "on ML-20M")
     lines = [f"Accuracy {judged}: NDCG@100 {fmt(mean)} ± {fmt(stderr)} vs the paper's "
-             f"{fmt(PAPER['ndcg_at_100'], 3)} ({ndcg['ratio_to_paper']:.1%} of it). "
-             + acc["note"]]
+             f"{fmt(PAPER['ndcg_at_100'], 3)} {share}. " + acc["note"]]
     for name, values in acc["baselines"].items():
         delta = values["ndcg_at_100"]["delta"]
         noise = not _significant(delta, stderr, values["ndcg_at_100"]["stderr"])
