@@ -34,7 +34,8 @@ def test_proportions_and_holdout_rule() -> None:
     result = split_interactions(pairs, SplitConfig(seed=1))
     users = result.users["split"].value_counts()
     assert users["val"] == 70 and users["test"] == 70 and users["train"] == 860
-    per_user = result.pairs.groupby(["user_idx", "part"], observed=False).size().unstack(fill_value=0)
+    per_user = (result.pairs.groupby(["user_idx", "part"], observed=False).size()
+                .unstack(fill_value=0))
     heldout = per_user[per_user["train"] == 0]
     for split in ("val", "test"):
         rows = heldout[(heldout[f"{split}_fold_in"] + heldout[f"{split}_holdout"]) > 0]
