@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import boto3
 import pytest
+import stage_checks
 from loopback_http import FixtureServer, serve, url
 
 from vaecf.io import read_manifest
@@ -27,15 +29,7 @@ def _manifest_without_run(directory: Path) -> dict[str, object]:
     return manifest
 
 
-def assert_failed(result: tuple[int, str, str], output: Path, *expected: str) -> None:
-    """Exit 1, exactly one line on stderr naming the problem, nothing at the output."""
-    code, _, err = result
-    assert code == 1
-    assert len(err.strip().splitlines()) == 1, err
-    assert err.startswith("vaecf download: error: ")
-    for text in expected:
-        assert text in err
-    assert not output.exists()
+assert_failed = partial(stage_checks.assert_failed, "download")
 
 
 def test_synthetic_is_deterministic(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

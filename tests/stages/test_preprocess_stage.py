@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
+import stage_checks
 
 from vaecf.io import read_manifest
 
@@ -52,14 +54,7 @@ def download(cli, tmp_path: Path, name: str, data: bytes,  # type: ignore[no-unt
     return tmp_path / "raw"
 
 
-def assert_failed(result: tuple[int, str, str], output: Path, *expected: str) -> None:
-    code, _, err = result
-    assert code == 1
-    assert len(err.strip().splitlines()) == 1, err
-    assert err.startswith("vaecf preprocess: error: ")
-    for text in expected:
-        assert text in err
-    assert not output.exists()
+assert_failed = partial(stage_checks.assert_failed, "preprocess")
 
 
 def test_mission_counts_every_step(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

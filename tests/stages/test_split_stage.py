@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import boto3
@@ -12,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
+import stage_checks
 
 from vaecf.data.splits import load_split, matrix_names, save_parquet
 from vaecf.io import read_manifest, write_manifest
@@ -49,14 +51,7 @@ def _data_files(directory: Path) -> dict[str, bytes]:
             if p.name != "dataset_manifest.json"}
 
 
-def assert_failed(result: tuple[int, str, str], output: Path, *expected: str) -> None:
-    code, _, err = result
-    assert code == 1
-    assert len(err.strip().splitlines()) == 1, err
-    assert err.startswith("vaecf split: error: ")
-    for text in expected:
-        assert text in err
-    assert not output.exists()
+assert_failed = partial(stage_checks.assert_failed, "split")
 
 
 def test_same_seed_and_shuffled_rows_give_identical_files(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
