@@ -10,7 +10,7 @@ import boto3
 import pytest
 
 from vaecf.errors import VaecfError
-from vaecf.io import open_input, publish, read_manifest, storage, write_manifest
+from vaecf.io import open_input, open_input_file, publish, read_manifest, storage, write_manifest
 
 
 def _write_stage(staging: Path, payload: bytes) -> None:
@@ -105,3 +105,13 @@ def test_manifest_is_deterministic_but_for_run(tmp_path: Path) -> None:
         doc.pop("run")
         docs.append(doc)
     assert docs[0] == docs[1]
+
+
+def test_open_input_file_local_and_s3(s3_bucket: str, tmp_path: Path) -> None:
+    boto3.client("s3").put_object(Bucket=s3_bucket, Key="a/metrics.json", Body=b"{}")
+    with open_input_file(f"s3://{s3_bucket}/a/metrics.json") as path:
+        assert path.name == "metrics.json" and path.read_bytes() == b"{}"
+    assert not path.exists()  # the download is temporary
+    with pytest.raises(VaecfError, match=r"nope\.json: input file does not exist"), \
+            open_input_file(str(tmp_path / "nope.json")):
+        pass

@@ -75,3 +75,18 @@ def open_input(uri: str) -> Iterator[Path]:
         yield local
     finally:
         shutil.rmtree(local, ignore_errors=True)
+
+
+@contextmanager
+def open_input_file(uri: str) -> Iterator[Path]:
+    """A local path for one file given as a path, ``file://`` URI or ``s3://`` object."""
+    if not storage.is_s3(uri):
+        path = Path(uri.removeprefix("file://"))
+        if not path.is_file():
+            raise VaecfError(f"{uri}: input file does not exist")
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="vaecf-input-") as tmp:
+        dest = Path(tmp) / Path(storage.split_s3(uri)[1]).name
+        storage.download_file(uri, dest)
+        yield dest

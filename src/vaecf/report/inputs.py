@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import json
 import math
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vaecf.errors import VaecfError
-from vaecf.io import open_input, read_manifest, storage
+from vaecf.io import open_input, open_input_file, read_manifest
 
 METRIC_KEYS = ("recall_at_20", "recall_at_50", "ndcg_at_100")
 TRAIN_LOG_KEYS = ("epoch", "loss", "kl", "beta", "epoch_seconds", "users_per_second")
@@ -37,21 +34,6 @@ class ReportInputs:
     sources: dict[str, Any] = field(default_factory=dict)
 
 
-@contextmanager
-def local_file(uri: str) -> Iterator[Path]:
-    """A local path for a file given as a path, ``file://`` URI or ``s3://`` object."""
-    if not storage.is_s3(uri):
-        path = Path(uri.removeprefix("file://"))
-        if not path.is_file():
-            raise VaecfError(f"{uri}: input file does not exist")
-        yield path
-        return
-    with tempfile.TemporaryDirectory(prefix="vaecf-report-") as tmp:
-        dest = Path(tmp) / Path(storage.split_s3(uri)[1]).name
-        storage.download_file(uri, dest)
-        yield dest
-
-
 def _is_number(value: Any) -> bool:
     return (isinstance(value, int | float) and not isinstance(value, bool)
             and math.isfinite(value))
@@ -59,7 +41,7 @@ def _is_number(value: Any) -> bool:
 
 def read_json(uri: str) -> dict[str, Any]:
     """A JSON object from ``uri``; anything else is an error naming the file."""
-    with local_file(uri) as path:
+    with open_input_file(uri) as path:
         try:
             data = json.loads(path.read_text())
         except (ValueError, UnicodeDecodeError) as err:
@@ -72,7 +54,7 @@ def read_json(uri: str) -> dict[str, Any]:
 def read_train_log(uri: str) -> list[dict[str, Any]]:
     """The epochs of ``train_log.jsonl`` (one JSON object per line), checked."""
     epochs: list[dict[str, Any]] = []
-    with local_file(uri) as path:
+    with open_input_file(uri) as path:
         lines = path.read_text(errors="replace").splitlines()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
