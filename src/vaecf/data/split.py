@@ -16,7 +16,7 @@ Rules (DESIGN.md section 4):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -172,8 +172,3 @@ def write_split(result: SplitResult, directory: Path, *, inputs: dict[str, Any],
         started=started,
         extra={"dataset": dataset, "n_items": n_items, "n_users": n_users,
                "user_offset": user_offset})
-
-
-def split_config_dict(config: SplitConfig) -> dict[str, Any]:
-    """The configuration as recorded in the manifest."""
-    return asdict(config)

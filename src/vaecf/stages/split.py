@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import pyarrow.parquet as pq
 
 from vaecf import log
-from vaecf.data.split import SplitConfig, split_config_dict, split_interactions, write_split
+from vaecf.data.split import SplitConfig, split_interactions, write_split
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, publish, read_manifest
 from vaecf.stages import new_parser, run_stage
@@ -86,7 +86,7 @@ def run(input_uri: str, output: str, protocol: str, args: argparse.Namespace) ->
         written = write_split(result, staging,
                               inputs={"input": input_uri, "preprocess_files": manifest["files"]},
                               parameters={"protocol": protocol,
-                                          **split_config_dict(config.split)},
+                                          **asdict(config.split)},
                               started=started, dataset=dataset)
         log.info(f"split: {written['n_users']} users, {written['n_items']:,} items "
                  f"(seed {config.split.seed})")

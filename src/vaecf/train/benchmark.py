@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ class BenchmarkConfig:
 
 def make_synthetic_split(directory: Path, n_users: int, n_items: int, seed: int) -> None:
     """An ML-20M-shaped split (about 73 positives per user) from the planted generator."""
-    from vaecf.data.split import SplitConfig, split_config_dict, split_interactions, write_split
+    from vaecf.data.split import SplitConfig, split_interactions, write_split
     from vaecf.data.synthetic import generate_ratings
 
     ratings = generate_ratings(n_users, n_items, seed=seed)
@@ -61,7 +61,7 @@ def make_synthetic_split(directory: Path, n_users: int, n_items: int, seed: int)
     config = SplitConfig(seed=seed)
     write_split(split_interactions(pairs, config), directory,
                 inputs={"synthetic": {"n_users": n_users, "n_items": n_items, "seed": seed}},
-                parameters=split_config_dict(config), started=0.0, dataset="synthetic")
+                parameters=asdict(config), started=0.0, dataset="synthetic")
 
 
 def split_shape(directory: Path, synthetic: bool) -> dict[str, Any]:

@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import keras
 import numpy as np
 import scipy.sparse as sp
 import tensorflow as tf
@@ -206,8 +205,3 @@ def _describe(record: dict[str, Any]) -> str:
     if "val" in record:
         text += f", val ndcg@100 {record['val']['ndcg_at_100']:.4f}"
     return text
-
-
-def keras_clear() -> None:
-    """Forget Keras' global state (layer name counters) between runs in one process."""
-    keras.backend.clear_session()

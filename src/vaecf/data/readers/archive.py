@@ -37,10 +37,6 @@ class DataFile:
     path: Path
 
 
-def is_archive(name: str) -> bool:
-    return name.endswith(".zip") or name.endswith(_TAR_SUFFIXES)
-
-
 def find_data_files(directory: Path, names: list[str], match: Match,
                     scratch: Path) -> list[DataFile]:
     """Every file, or archive member, among ``names`` whose path satisfies ``match``.
