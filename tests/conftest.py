@@ -8,7 +8,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 BIN = Path(sys.executable).parent
@@ -56,27 +55,15 @@ def synthetic_split(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
     ``synthetic_split(n_users=600, n_items=300, seed=0) -> Path``; the same arguments give the
     same directory within a session, so tests must treat it as read-only.
     """
-    from vaecf.data.preprocess import filter_config, preprocess
-    from vaecf.data.readers import RawInteractions
-    from vaecf.data.split import SplitConfig, split_interactions, write_split
-    from vaecf.data.synthetic import generate_ratings
+    from vaecf.data.split import write_synthetic_split
 
     made: dict[tuple[int, int, int], Path] = {}
 
     def make(n_users: int = 600, n_items: int = 300, seed: int = 0) -> Path:
         key = (n_users, n_items, seed)
         if key not in made:
-            ratings = generate_ratings(n_users, n_items, seed=seed, mean_items=40.0)
-            raw = RawInteractions(user_id=ratings["userId"].to_numpy(),
-                                  item_id=ratings["movieId"].to_numpy(),
-                                  value=ratings["rating"].to_numpy(), kind="rating",
-                                  files=("synthetic",), counts={})
-            positives = preprocess(raw, filter_config("mission"))
-            pairs = pd.DataFrame({"user_id": positives.user_id, "item_id": positives.item_id})
             directory = tmp_path_factory.mktemp(f"split-{n_users}-{n_items}-{seed}")
-            result = split_interactions(pairs, SplitConfig(seed=seed))
-            write_split(result, directory, inputs={"synthetic": list(key)}, parameters={},
-                        started=0.0, dataset="synthetic")
+            write_synthetic_split(directory, n_users, n_items, seed, mean_items=40.0)
             made[key] = directory
         return made[key]
 

@@ -16,7 +16,7 @@ Rules (DESIGN.md section 4):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +172,28 @@ def write_split(result: SplitResult, directory: Path, *, inputs: dict[str, Any],
         started=started,
         extra={"dataset": dataset, "n_items": n_items, "n_users": n_users,
                "user_offset": user_offset})
+
+
+def write_synthetic_split(directory: Path, n_users: int, n_items: int, seed: int,
+                          mean_items: float = 146.0) -> dict[str, Any]:
+    """Generate planted ratings and write their split, as download -> preprocess -> split would.
+
+    For benchmarks and tests that need a split without running the three stages; the
+    positives go through the same implicit rule and filters as ``vaecf preprocess``.
+    """
+    from vaecf.data.preprocess import filter_config, preprocess
+    from vaecf.data.readers import RawInteractions
+    from vaecf.data.synthetic import generate_ratings
+
+    ratings = generate_ratings(n_users, n_items, seed=seed, mean_items=mean_items)
+    raw = RawInteractions(user_id=ratings["userId"].to_numpy(),
+                          item_id=ratings["movieId"].to_numpy(),
+                          value=ratings["rating"].to_numpy(), kind="rating",
+                          files=("synthetic",))
+    positives = preprocess(raw, filter_config("mission"))
+    config = SplitConfig(seed=seed)
+    pairs = pd.DataFrame({"user_id": positives.user_id, "item_id": positives.item_id})
+    return write_split(split_interactions(pairs, config), directory,
+                       inputs={"synthetic": {"n_users": n_users, "n_items": n_items,
+                                             "seed": seed, "mean_items": mean_items}},
+                       parameters=asdict(config), started=0.0, dataset="synthetic")

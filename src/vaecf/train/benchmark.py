@@ -17,11 +17,12 @@ import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vaecf import log
+from vaecf.data.split import write_synthetic_split
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, read_manifest
 from vaecf.report import benchstats, fingerprint
@@ -48,20 +49,6 @@ class BenchmarkConfig:
     synthetic_users: int
     synthetic_items: int
     seed: int
-
-
-def make_synthetic_split(directory: Path, n_users: int, n_items: int, seed: int) -> None:
-    """An ML-20M-shaped split (about 73 positives per user) from the planted generator."""
-    from vaecf.data.split import SplitConfig, split_interactions, write_split
-    from vaecf.data.synthetic import generate_ratings
-
-    ratings = generate_ratings(n_users, n_items, seed=seed)
-    pairs = ratings[ratings["rating"] >= 4.0].rename(columns={"userId": "user_id",
-                                                              "movieId": "item_id"})
-    config = SplitConfig(seed=seed)
-    write_split(split_interactions(pairs, config), directory,
-                inputs={"synthetic": {"n_users": n_users, "n_items": n_items, "seed": seed}},
-                parameters=asdict(config), started=0.0, dataset="synthetic")
 
 
 def split_shape(directory: Path, synthetic: bool) -> dict[str, Any]:
@@ -197,8 +184,8 @@ def run_benchmark(config: BenchmarkConfig, output: Path) -> dict[str, Any]:
             split_dir.mkdir()
             log.info(f"benchmark: synthetic ML-20M-shaped split, {config.synthetic_users:,} "
                      f"users x {config.synthetic_items:,} items")
-            make_synthetic_split(split_dir, config.synthetic_users, config.synthetic_items,
-                                 config.seed)
+            write_synthetic_split(split_dir, config.synthetic_users, config.synthetic_items,
+                                  config.seed)
         shape = split_shape(split_dir, synthetic=not config.split)
         machine = fingerprint.fingerprint()
         rates: dict[str, float] = {}
