@@ -60,31 +60,30 @@ def _replace_dir(staging: Path, target: Path) -> None:
         os.rename(staging, target)
 
 
+def _local_input(uri: str, directory: bool) -> Path:
+    """The local path of a non-S3 input (plain path or ``file://``), which must exist."""
+    path = Path(uri.removeprefix("file://"))
+    if not (path.is_dir() if directory else path.is_file()):
+        raise VaecfError(f"{uri}: input {'directory' if directory else 'file'} does not exist")
+    return path
+
+
 @contextmanager
 def open_input(uri: str) -> Iterator[Path]:
     """A local directory holding the stage output at ``uri`` (downloaded if s3://)."""
     if not storage.is_s3(uri):
-        path = Path(uri.removeprefix("file://"))
-        if not path.is_dir():
-            raise VaecfError(f"{uri}: input directory does not exist")
-        yield path
+        yield _local_input(uri, directory=True)
         return
-    local = Path(tempfile.mkdtemp(prefix="vaecf-input-"))
-    try:
-        storage.download_dir(uri, local)
-        yield local
-    finally:
-        shutil.rmtree(local, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="vaecf-input-") as tmp:
+        storage.download_dir(uri, Path(tmp))
+        yield Path(tmp)
 
 
 @contextmanager
 def open_input_file(uri: str) -> Iterator[Path]:
     """A local path for one file given as a path, ``file://`` URI or ``s3://`` object."""
     if not storage.is_s3(uri):
-        path = Path(uri.removeprefix("file://"))
-        if not path.is_file():
-            raise VaecfError(f"{uri}: input file does not exist")
-        yield path
+        yield _local_input(uri, directory=False)
         return
     with tempfile.TemporaryDirectory(prefix="vaecf-input-") as tmp:
         dest = Path(tmp) / Path(storage.split_s3(uri)[1]).name
