@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -109,7 +108,7 @@ def _run(command: list[str], workers: int) -> None:
         if horovodrun is None:
             raise VaecfError("horovodrun not found next to this Python: run 'make install'")
         code = subprocess.run([horovodrun, "-np", str(workers), "--gloo", sys.executable,
-                               "-m", "vaecf.cli", *command], env=os.environ).returncode
+                               "-m", "vaecf.cli", *command]).returncode
     else:
         code = main(command)
     if code != 0:
