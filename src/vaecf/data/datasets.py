@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from vaecf.data.readers.archive import member_path
 from vaecf.errors import VaecfError
 
 
@@ -109,7 +110,7 @@ def release_of(labels: list[str]) -> str | None:
         ``ml-latest-small/ratings.csv`` for a file copied from a folder source).
     """
     folders = {d.folder: d.name for d in DATASETS.values() if d.folder}
-    parents = {PurePosixPath(label.rsplit(":", 1)[-1]).parent.name for label in labels}
+    parents = {PurePosixPath(member_path(label)).parent.name for label in labels}
     return folders.get(parents.pop()) if len(parents) == 1 else None
 
 

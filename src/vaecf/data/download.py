@@ -90,11 +90,10 @@ def inspect_download(dataset: Dataset, directory: Path, names: list[str],
     labels = list_data_files(directory, names, READERS[dataset.reader].match)
     check_data_files(dataset.reader, labels, names, where)
     layout, release = layout_of(dataset.reader, labels), release_of(labels)
-    other = release or "movielens"
     if dataset.layout and layout != dataset.layout:
+        use = f"{release} (or movielens, for" if release else "movielens (for"
         raise VaecfError(f"{where}: holds {labels[0]}, but {dataset.name} is published as "
-                         f"{dataset.layout}: use --dataset {other} (or movielens for any "
-                         "MovieLens ratings file)")
+                         f"{dataset.layout}: use --dataset {use} any MovieLens ratings file)")
     if dataset.folder and release not in (None, dataset.name):
         raise VaecfError(f"{where}: holds {labels[0]}, GroupLens' {release}, not "
                          f"{dataset.name}: use --dataset {release}")

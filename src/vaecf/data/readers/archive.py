@@ -50,6 +50,11 @@ class _Member:
     source: Path | Callable[[], IO[bytes]]
 
 
+def member_path(label: str) -> str:
+    """The path of a labelled file inside its (innermost) archive, or the plain file's name."""
+    return label.rsplit(":", 1)[-1]
+
+
 def is_archive(name: str) -> bool:
     """A zip or tarball, which may hold data files whatever its own name."""
     return name.endswith((".zip", *_TAR_SUFFIXES))

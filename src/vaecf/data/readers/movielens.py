@@ -17,7 +17,7 @@ from pathlib import PurePosixPath
 import numpy as np
 import pyarrow as pa
 
-from vaecf.data.readers.archive import DataFile
+from vaecf.data.readers.archive import DataFile, member_path
 from vaecf.data.readers.table import (
     CsvLayout,
     RawInteractions,
@@ -40,8 +40,8 @@ _TYPES = {"userId": pa.int64(), "movieId": pa.int64(), "rating": pa.float64()}
 
 
 def ratings_layout(path: str) -> str | None:
-    """The layout of a file or archive member (its name), or None if it is no ratings file."""
-    name = PurePosixPath(path).name
+    """The layout of a file, archive member or label (its name), or None if no ratings file."""
+    name = PurePosixPath(member_path(path)).name
     return name if name in LAYOUTS else None
 
 

@@ -13,7 +13,7 @@ from pathlib import PurePosixPath
 import numpy as np
 import pyarrow as pa
 
-from vaecf.data.readers.archive import DataFile
+from vaecf.data.readers.archive import DataFile, member_path
 from vaecf.data.readers.table import (
     CsvLayout,
     RawInteractions,
@@ -42,7 +42,7 @@ def missing_pinterest_file(labels: list[str]) -> str | None:
     """
     found: dict[str, set[str]] = {}
     for label in labels:
-        match = _DATA_FILE.fullmatch(PurePosixPath(label.rsplit(":", 1)[-1]).name)
+        match = _DATA_FILE.fullmatch(PurePosixPath(member_path(label)).name)
         if match:
             found.setdefault(match.group(1), set()).add(match.group(2))
     for prefix, parts in sorted(found.items()):

@@ -128,10 +128,15 @@ def int_field(name: str, raw: str) -> str | None:
     """An ASCII integer that fits in 64 bits (the type pyarrow reads ids into)."""
     digits = raw[1:] if raw.startswith("-") else raw
     if not (digits.isascii() and digits.isdigit()):
-        return f"column '{name}': '{raw}' is not an integer"
+        return f"column '{name}': '{_shown(raw)}' is not an integer"
     if len(digits) > 19 or not _INT64[0] <= int(raw) <= _INT64[1]:
-        return f"column '{name}': '{raw}' does not fit in a 64-bit integer"
+        return f"column '{name}': '{_shown(raw)}' does not fit in a 64-bit integer"
     return None
+
+
+def _shown(raw: str) -> str:
+    """A field as an error message quotes it: at most 40 characters."""
+    return raw if len(raw) <= 40 else f"{raw[:40]}... ({len(raw):,} characters)"
 
 
 def number_field(name: str, raw: str, low: float, high: float) -> str | None:
@@ -139,9 +144,9 @@ def number_field(name: str, raw: str, low: float, high: float) -> str | None:
     try:
         value = float(raw)
     except ValueError:
-        return f"column '{name}': '{raw}' is not a number"
+        return f"column '{name}': '{_shown(raw)}' is not a number"
     if not low <= value <= high:  # also rejects NaN
-        return f"column '{name}': '{raw}' is not in {low:g}..{high:g}"
+        return f"column '{name}': '{_shown(raw)}' is not in {low:g}..{high:g}"
     return None
 
 
