@@ -118,7 +118,7 @@ def test_local_directory_and_file_sources(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "notes.txt").write_bytes(b"not a data file")
     with pytest.raises(VaecfError, match=r"docs: source directory holds no data files or "
-                                         r"archives \(looked for those of 1 files"):
+                                         r"archives among its 1 files \(subfolders included"):
         download_dataset(get_dataset("netflix"), str(tmp_path / "docs"), out, FAST)
     fetch(f"file://{source}/part2/combined_data_2.txt", out / "copy.txt", FAST)
     assert (out / "copy.txt").read_bytes() == b"2:\n"

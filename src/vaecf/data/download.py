@@ -113,7 +113,7 @@ def _expand_source(source: str, match: Match) -> list[tuple[str, str]]:
         names = [name for name in files if is_archive(name) or match(name)]
         if not names:
             raise VaecfError(f"{source}: source directory holds no data files or archives "
-                             f"(looked for those of {len(files)} files, subfolders too)")
+                             f"among its {len(files)} files (subfolders included)")
         return [(str(local / name), name) for name in names]
     return [(source, source_name(source))]
 

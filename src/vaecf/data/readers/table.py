@@ -21,7 +21,9 @@ from vaecf.data.readers.archive import DataFile
 from vaecf.errors import VaecfError
 
 LineCheck = Callable[[list[str]], str | None]
-_BLOCK_SIZE = 16 << 20  # also the longest line pyarrow can parse
+# pyarrow parses in blocks and fails on a line longer than about two of them ("straddling
+# object"); locate_error calls any line longer than one block an error, naming it.
+_BLOCK_SIZE = 16 << 20
 _INT64 = (-(2**63), 2**63 - 1)
 
 
