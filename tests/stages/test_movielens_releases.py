@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+import stage_checks
 
 from vaecf.io import read_manifest
 
@@ -104,3 +105,22 @@ def test_layout_counts_equal_pandas(cli, tmp_path: Path, dataset: str, form: str
         recorded = read_manifest(tmp_path / directory, stage)
         assert (recorded["dataset"], recorded["layout"], recorded["release"]) == (
             dataset, layout, release), stage
+
+
+@pytest.mark.parametrize(("member", "content", "expected"), [
+    ("ml-25m/ratings.csv", b"", "ratings.csv: file is empty"),
+    ("ml-25m/ratings.csv", b"userId,movieId,timestamp\n1,2,3\n",
+     "ratings.csv: line 1: missing column 'rating'"),
+    ("ml-25m/ratings.csv", b"userId,movieId,rating,rating\n1,2,3,4\n",
+     "ratings.csv: line 1: column 'rating' appears 2 times"),
+    ("ml-1m/ratings.dat", b"1,2,3,4\n", "ratings.dat: line 1: expected 4 fields"),
+    ("ml-25m/movies.csv", b"movieId,title\n", "no ratings.csv, ratings.dat or u.data among"),
+])
+def test_no_readable_ratings_fails_at_download(cli, tmp_path: Path, member: str,  # type: ignore[no-untyped-def]
+                                               content: bytes, expected: str) -> None:
+    source = tmp_path / "sample.zip"
+    with zipfile.ZipFile(source, "w") as archive:
+        archive.writestr(member, content)
+    result = cli("download", "--dataset", "movielens", "--source", source,
+                 "--output", tmp_path / "raw")
+    stage_checks.assert_failed("download", result, tmp_path / "raw", expected)

@@ -157,10 +157,14 @@ def test_registry() -> None:
         download_dataset(get_dataset("netflix"), None, Path("/nonexistent"), FAST)
 
 
+FIRST_LINES = {"ratings.dat": b"1::2::4::5\n", "u.data": b"1\t2\t4\t5\n",
+               "ratings.csv": b"userId,movieId,rating,timestamp\n1,2,4,5\n"}
+
+
 def _zip(path: Path, *members: str) -> Path:
     with zipfile.ZipFile(path, "w") as archive:
         for member in members:
-            archive.writestr(member, b"1::2::4::5\n")
+            archive.writestr(member, FIRST_LINES.get(Path(member).name, b"x\n"))
     return path
 
 
@@ -206,5 +210,24 @@ def test_inspect_download_refuses_what_the_dataset_is_not(tmp_path: Path, datase
 def test_inspect_download_names_a_truncated_archive(tmp_path: Path) -> None:
     data = _zip(tmp_path / "a.zip", "ml-1m/ratings.dat").read_bytes()
     (tmp_path / "a.zip").write_bytes(data[: len(data) // 2])
-    with pytest.raises(VaecfError, match=r"a\.zip: archive is corrupt or truncated"):
+    with pytest.raises(VaecfError, match=r"^SRC: archive a\.zip is corrupt or truncated"):
         inspect_download(get_dataset("ml-1m"), tmp_path, ["a.zip"], "SRC")
+
+
+@pytest.mark.parametrize(("member", "content", "expected"), [
+    ("ml-20m/ratings.csv", b"", "a.zip:ml-20m/ratings.csv: file is empty"),
+    ("ml-20m/ratings.csv", b"user,movie,rating\n1,2,3\n",
+     "a.zip:ml-20m/ratings.csv: line 1: missing column 'userId'"),
+    ("ml-20m/ratings.csv", b"\xef\xbb\xbfuserId,movieId,rating,rating\n",
+     "a.zip:ml-20m/ratings.csv: line 1: column 'rating' appears 2 times"),
+    ("ml-1m/ratings.dat", b"userId,movieId,rating,timestamp\n1,2,3,4\n",
+     "a.zip:ml-1m/ratings.dat: line 1: expected 4 fields"),
+    ("ml-100k/u.data", b"", "a.zip:ml-100k/u.data: file is empty"),
+])
+def test_inspect_download_reads_the_first_line(tmp_path: Path, member: str, content: bytes,
+                                               expected: str) -> None:
+    with zipfile.ZipFile(tmp_path / "a.zip", "w") as archive:
+        archive.writestr(member, content)
+    with pytest.raises(VaecfError) as err:
+        inspect_download(get_dataset("movielens"), tmp_path, ["a.zip"], "SRC")
+    assert str(err.value).startswith(expected)

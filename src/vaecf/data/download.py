@@ -21,9 +21,11 @@ from vaecf import log
 from vaecf.data.datasets import Dataset, RemoteFile, release_of
 from vaecf.data.fetch import DEFAULT_RETRY, RetryPolicy, fetch, source_name
 from vaecf.data.readers import READERS, check_data_files, layout_of
-from vaecf.data.readers.archive import Match, is_archive, list_data_files
+from vaecf.data.readers.archive import Match, is_archive, peek_data_files
 from vaecf.errors import VaecfError
 from vaecf.io import storage
+
+_PEEK_BYTES = 64 << 10  # of each data file's first line, enough for any header
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,9 @@ def inspect_download(dataset: Dataset, directory: Path, names: list[str],
       ``ratings.csv``, ``ratings.dat`` or ``u.data``) and ``release`` (the GroupLens release
       whose zip folder holds the data, or null): recorded in the manifests.
     """
-    labels = list_data_files(directory, names, READERS[dataset.reader].match)
+    reader = READERS[dataset.reader]
+    peeked = peek_data_files(directory, names, reader.match, _PEEK_BYTES, where)
+    labels = [label for label, _ in peeked]
     check_data_files(dataset.reader, labels, names, where)
     layout, release = layout_of(dataset.reader, labels), release_of(labels)
     if dataset.layout and layout != dataset.layout:
@@ -97,6 +101,9 @@ def inspect_download(dataset: Dataset, directory: Path, names: list[str],
     if dataset.folder and release not in (None, dataset.name):
         raise VaecfError(f"{where}: holds {labels[0]}, GroupLens' {release}, not "
                          f"{dataset.name}: use --dataset {release}")
+    if reader.probe is not None:
+        for label, first in peeked:
+            reader.probe(label, first)  # e.g. a ratings.csv without a userId column
     return {"data_files": labels, "layout": layout, "release": release}
 
 

@@ -19,7 +19,12 @@ import numpy as np
 from vaecf import log
 from vaecf.data.readers.archive import DataFile, Match, find_data_files
 from vaecf.data.readers.lastfm import is_lastfm_file, read_lastfm_file
-from vaecf.data.readers.movielens import is_ratings_file, ratings_layout, read_ratings
+from vaecf.data.readers.movielens import (
+    is_ratings_file,
+    probe_ratings,
+    ratings_layout,
+    read_ratings,
+)
 from vaecf.data.readers.netflix import is_netflix_file, read_netflix_file
 from vaecf.data.readers.pinterest import (
     is_pinterest_file,
@@ -40,15 +45,19 @@ class Reader:
       match: whether a file name or archive member path is one of its data files.
       read: parses one data file.
       expected: the data files' names, as messages and manifests name them.
+      probe: given a data file's label and first line, raises VaecfError if that line
+        cannot start one (checked at download; the reader checks every line later).
     """
 
     match: Match
     read: Callable[[DataFile], RawInteractions]
     expected: str
+    probe: Callable[[str, bytes], None] | None = None
 
 
 READERS: dict[str, Reader] = {
-    "movielens": Reader(is_ratings_file, read_ratings, "ratings.csv, ratings.dat or u.data"),
+    "movielens": Reader(is_ratings_file, read_ratings, "ratings.csv, ratings.dat or u.data",
+                        probe_ratings),
     "netflix": Reader(is_netflix_file, read_netflix_file, "mv_*.txt or combined_data_*.txt"),
     "lastfm": Reader(is_lastfm_file, read_lastfm_file, "usersha1-artmbid-artname-plays.tsv"),
     "pinterest": Reader(is_pinterest_file, read_pinterest_file,

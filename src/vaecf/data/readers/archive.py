@@ -2,9 +2,9 @@
 
 Members are extracted to a scratch directory before parsing, so pyarrow reads a real file
 with its own (multi-threaded, GIL-free) I/O, and a bad line can be re-read to name it. A
-truncated or corrupt archive becomes one error naming the archive. ``list_data_files``
-walks the same members without extracting them, so ``vaecf download`` can check that the
-data files are there before a later stage needs them.
+truncated or corrupt archive becomes one error naming the archive. ``peek_data_files``
+walks the same members reading only their first line, so ``vaecf download`` can check that
+the data files are there before a later stage needs them.
 """
 
 from __future__ import annotations
@@ -78,16 +78,28 @@ def find_data_files(directory: Path, names: list[str], match: Match,
         with member.source() as stream:
             return DataFile(member.label, _save(stream, scratch, member.label))
 
-    return sorted(_scan(directory, names, match, extract), key=lambda f: f.label)
+    found = _scan(directory, names, match, extract, str(directory))
+    return sorted(found, key=lambda f: f.label)
 
 
-def list_data_files(directory: Path, names: list[str], match: Match) -> list[str]:
-    """The labels ``find_data_files`` would return, sorted, without extracting anything."""
-    return sorted(_scan(directory, names, match, lambda member: member.label))
+def peek_data_files(directory: Path, names: list[str], match: Match, limit: int,
+                    where: str) -> list[tuple[str, bytes]]:
+    """The labels ``find_data_files`` would return, sorted, each with its first line (at
+    most ``limit`` bytes), without extracting anything.
+
+    Args:
+      where: names the files' origin in errors (the download's source, not its staging).
+    """
+    def peek(member: _Member) -> tuple[str, bytes]:
+        opened = member.source.open("rb") if isinstance(member.source, Path) else member.source()
+        with opened as stream:
+            return member.label, stream.readline(limit)
+
+    return sorted(_scan(directory, names, match, peek, where))
 
 
-def _scan(directory: Path, names: list[str], match: Match, take: Callable[[_Member], T]
-          ) -> list[T]:
+def _scan(directory: Path, names: list[str], match: Match, take: Callable[[_Member], T],
+          where: str) -> list[T]:
     """``take`` applied to every matching member, inside the archive's error handling."""
     taken: list[T] = []
     for name in sorted(names):
@@ -101,7 +113,7 @@ def _scan(directory: Path, names: list[str], match: Match, take: Callable[[_Memb
             elif match(name):
                 taken.append(take(_Member(name, path)))
         except _ARCHIVE_ERRORS as err:
-            raise VaecfError(f"{path}: archive is corrupt or truncated ({err})") from None
+            raise VaecfError(f"{where}: archive {name} is corrupt or truncated ({err})") from None
     return taken
 
 

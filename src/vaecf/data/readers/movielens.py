@@ -52,28 +52,53 @@ def is_ratings_file(path: str) -> bool:
 def read_header(file: DataFile) -> tuple[str, ...]:
     """The header's column names; VaecfError if the file is empty or lacks a column."""
     with open(file.path, "rb") as handle:
-        first = handle.readline(_MAX_HEADER + 1)
+        return parse_header(file.label, handle.readline(_MAX_HEADER + 1))
+
+
+def parse_header(label: str, first: bytes) -> tuple[str, ...]:
+    """The column names of ``first``, the file's first line read with a limit of 64 KiB."""
     if not first:
-        raise VaecfError(f"{file.label}: file is empty")
+        raise VaecfError(f"{label}: file is empty")
     if len(first) > _MAX_HEADER:
-        raise VaecfError(f"{file.label}: line 1: header longer than {_MAX_HEADER >> 10} KiB "
+        raise VaecfError(f"{label}: line 1: header longer than {_MAX_HEADER >> 10} KiB "
                          f"(expected {','.join(NAMES)})")
     try:
         # utf-8-sig: a byte-order mark (Excel writes one) is not part of the first name.
         # Quoted names ("userId") are accepted: some CSV writers quote the header only.
         names = tuple(n.strip('"') for n in first.decode("utf-8-sig").strip().split(","))
     except UnicodeDecodeError:
-        raise VaecfError(f"{file.label}: line 1: header bytes are not UTF-8") from None
+        raise VaecfError(f"{label}: line 1: header bytes are not UTF-8") from None
     header = ",".join(names)
     for name in REQUIRED:
         if name not in names:
-            raise VaecfError(f"{file.label}: line 1: missing column '{name}' "
+            raise VaecfError(f"{label}: line 1: missing column '{name}' "
                              f"(header is '{header}'; expected {', '.join(REQUIRED)})")
     for name in names:
         if names.count(name) > 1:
-            raise VaecfError(f"{file.label}: line 1: column '{name}' appears "
+            raise VaecfError(f"{label}: line 1: column '{name}' appears "
                              f"{names.count(name)} times (header is '{header}')")
     return names
+
+
+def probe_ratings(label: str, first: bytes) -> None:
+    """Refuse a ratings file whose first line (read up to 64 KiB) cannot start its layout.
+
+    ``vaecf download`` calls this, so a file that is no MovieLens ratings file of its
+    layout fails there; ``read_ratings`` checks every line later.
+    """
+    if ratings_layout(label) == "ratings.csv":
+        parse_header(label, first)
+        return
+    if not first:
+        raise VaecfError(f"{label}: file is empty")
+    try:
+        text = first.decode("utf-8-sig").rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise VaecfError(f"{label}: line 1: bytes are not UTF-8") from None
+    separator = "::" if ratings_layout(label) == "ratings.dat" else "\t"
+    problem = _check_fixed(text.split(separator))
+    if problem:
+        raise VaecfError(f"{label}: line 1: {problem}")
 
 
 def _csv_layout(names: tuple[str, ...]) -> CsvLayout:
