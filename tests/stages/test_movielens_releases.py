@@ -113,6 +113,8 @@ def test_layout_counts_equal_pandas(cli, tmp_path: Path, dataset: str, form: str
      "ratings.csv: line 1: missing column 'rating'"),
     ("ml-25m/ratings.csv", b"userId,movieId,rating,rating\n1,2,3,4\n",
      "ratings.csv: line 1: column 'rating' appears 2 times"),
+    ("ml-25m/ratings.csv", b"userId,movieId,rating," + b"x" * (64 << 10) + b"\n",
+     "ratings.csv: line 1: header longer than 64 KiB"),
     ("ml-1m/ratings.dat", b"1,2,3,4\n", "ratings.dat: line 1: expected 4 fields"),
     ("ml-25m/movies.csv", b"movieId,title\n", "no ratings.csv, ratings.dat or u.data among"),
 ])

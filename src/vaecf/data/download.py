@@ -25,7 +25,9 @@ from vaecf.data.readers.archive import Match, is_archive, peek_data_files
 from vaecf.errors import VaecfError
 from vaecf.io import storage
 
-_PEEK_BYTES = 64 << 10  # of each data file's first line, enough for any header
+# Of each data file's first line: one byte more than the longest header a reader accepts,
+# so that a longer one is refused as such.
+_PEEK_BYTES = (64 << 10) + 1
 
 
 @dataclass(frozen=True)

@@ -80,27 +80,6 @@ def parse_header(label: str, first: bytes) -> tuple[str, ...]:
     return names
 
 
-def probe_ratings(label: str, first: bytes) -> None:
-    """Refuse a ratings file whose first line (read up to 64 KiB) cannot start its layout.
-
-    ``vaecf download`` calls this, so a file that is no MovieLens ratings file of its
-    layout fails there; ``read_ratings`` checks every line later.
-    """
-    if ratings_layout(label) == "ratings.csv":
-        parse_header(label, first)
-        return
-    if not first:
-        raise VaecfError(f"{label}: file is empty")
-    try:
-        text = first.decode("utf-8-sig").rstrip("\r\n")
-    except UnicodeDecodeError:
-        raise VaecfError(f"{label}: line 1: bytes are not UTF-8") from None
-    separator = "::" if ratings_layout(label) == "ratings.dat" else "\t"
-    problem = _check_fixed(text.split(separator))
-    if problem:
-        raise VaecfError(f"{label}: line 1: {problem}")
-
-
 def _csv_layout(names: tuple[str, ...]) -> CsvLayout:
     where = {name: names.index(name) for name in REQUIRED}
 
@@ -127,6 +106,27 @@ _DAT = CsvLayout(names=("userId", "_1", "movieId", "_2", "rating", "_3", "timest
                  check=_check_fixed, delimiter=":", separator="::", header=False)
 _U_DATA = CsvLayout(names=NAMES, types=_TYPES, check=_check_fixed, delimiter="\t",
                     header=False)
+
+
+def probe_ratings(label: str, first: bytes) -> None:
+    """Refuse a ratings file whose first line (read up to 64 KiB) cannot start its layout.
+
+    ``vaecf download`` calls this, so a file that is no MovieLens ratings file of its
+    layout fails there; ``read_ratings`` checks every line later.
+    """
+    if ratings_layout(label) == "ratings.csv":
+        parse_header(label, first)
+        return
+    if not first:
+        raise VaecfError(f"{label}: file is empty")
+    try:
+        text = first.decode("utf-8-sig").rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise VaecfError(f"{label}: line 1: bytes are not UTF-8") from None
+    layout = _DAT if ratings_layout(label) == "ratings.dat" else _U_DATA
+    problem = layout.check(layout.split(text))
+    if problem:
+        raise VaecfError(f"{label}: line 1: {problem}")
 
 
 def read_ratings(file: DataFile) -> RawInteractions:

@@ -71,6 +71,10 @@ class CsvLayout:
     skip_empty_lines: bool = True
     separator: str = ""
 
+    def split(self, line: str) -> list[str]:
+        """A line's fields, as ``check`` takes them."""
+        return line.split(self.separator or self.delimiter)
+
 
 def read_checked(file: DataFile, layout: CsvLayout, use_threads: bool = True,
                  invalid_row_handler: Callable[[Any], str] | None = None) -> pa.Table:
@@ -113,7 +117,7 @@ def locate_error(file: DataFile, layout: CsvLayout, reason: str) -> VaecfError:
             text = text.rstrip("\r\n")
             if (layout.header and number == 1) or (not text and layout.skip_empty_lines):
                 continue
-            problem = layout.check(text.split(layout.separator or layout.delimiter))
+            problem = layout.check(layout.split(text))
             if problem:
                 cut = "" if raw.endswith(b"\n") else " (last line cut short: truncated file?)"
                 return VaecfError(f"{file.label}: line {number}: {problem}{cut}")
