@@ -28,7 +28,8 @@ class DownloadConfig:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(STAGE, "Fetch a dataset's raw files (https, s3://, file://), verify "
-                               "published checksums and write download_manifest.json.")
+                               "published checksums, check that they hold the dataset's data "
+                               "files and write download_manifest.json.")
     parser.add_argument("--dataset", required=True,
                         help=f"dataset name, one of: {', '.join(DATASETS)}")
     parser.add_argument("--source", help="where to fetch from instead of the public URL: "
