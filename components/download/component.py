@@ -18,7 +18,7 @@ def download(
     """Fetch and verify a dataset's raw files (or generate ``synthetic``).
 
     Args:
-      dataset: ml-20m, netflix, lastfm, pinterest or synthetic.
+      dataset: ml-100k ... ml-latest-small, movielens, netflix, lastfm, pinterest, synthetic.
       raw: the raw archive(s) and ``download_manifest.json``.
       seed: seed of the synthetic generator.
       source: https://, s3:// or file:// URI instead of the public URL (omitted if unset).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -77,14 +78,14 @@ def test_http_404(cli, http_server: FixtureServer, tmp_path: Path) -> None:  # t
 
 def test_s3_source_and_s3_output(cli, s3_bucket: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     s3 = boto3.client("s3")
-    s3.put_object(Bucket=s3_bucket, Key="in/pinterest-20.train.rating", Body=b"0\t1\t1\n")
-    code, _, err = cli("download", "--dataset", "pinterest", "--source",
-                       f"s3://{s3_bucket}/in/pinterest-20.train.rating",
+    for part in ("train", "test"):
+        s3.put_object(Bucket=s3_bucket, Key=f"in/pinterest-20.{part}.rating", Body=b"0\t1\t1\n")
+    code, _, err = cli("download", "--dataset", "pinterest", "--source", f"s3://{s3_bucket}/in/",
                        "--output", f"s3://{s3_bucket}/raw")
     assert code == 0, err
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=s3_bucket, Prefix="raw/")["Contents"]}
-    assert keys == {"raw/pinterest-20.train.rating", "raw/download_manifest.json",
-                    "raw/_SUCCESS"}
+    assert keys == {"raw/pinterest-20.train.rating", "raw/pinterest-20.test.rating",
+                    "raw/download_manifest.json", "raw/_SUCCESS"}
 
 
 def test_local_file_source(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -96,7 +97,9 @@ def test_local_file_source(cli, tmp_path: Path) -> None:  # type: ignore[no-unty
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
-    (["--dataset", "ml-1b"], "unknown dataset 'ml-1b' (one of: ml-20m, netflix"),
+    (["--dataset", "ml-1b"], "unknown dataset 'ml-1b' (one of: ml-100k, ml-1m, ml-10m, ml-20m, "
+                             "ml-25m, ml-32m, ml-latest, ml-latest-small, movielens, netflix"),
+    (["--dataset", "movielens"], "--source: required for dataset 'movielens'"),
     (["--dataset", "netflix"], "--source: required for dataset 'netflix'"),
     (["--dataset", "netflix", "--source", "/nonexistent/combined_data_1.txt"],
      "/nonexistent/combined_data_1.txt: source file does not exist"),
@@ -114,3 +117,73 @@ def test_unwritable_output(cli, tmp_path: Path) -> None:  # type: ignore[no-unty
     output = tmp_path / "file" / "raw"
     result = cli("download", "--dataset", "synthetic", "--output", output)
     assert_failed(result, output, f"{output}: output is not writable")
+
+
+def _write_zip(path: Path, members: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return path
+
+
+def test_release_other_than_the_archive_fails_at_download(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Before: exit 0 with the contents unchecked; preprocess then said "no ratings.csv".
+    source = _write_zip(tmp_path / "ml-1m.zip", {"ml-1m/ratings.dat": b"1::2::4::5\n"})
+    result = cli("download", "--dataset", "ml-20m", "--source", source,
+                 "--output", tmp_path / "raw")
+    assert_failed(result, tmp_path / "raw", f"{source}: holds ml-1m.zip:ml-1m/ratings.dat, but "
+                  "ml-20m is published as ratings.csv: use --dataset ml-1m")
+
+
+def test_layout_and_release_are_recorded(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Not named ml-10m.zip: that name is checked against GroupLens' MD5.
+    source = _write_zip(tmp_path / "ml-10m-sample.zip",
+                        {"ml-10M100K/ratings.dat": b"1::2::4.5::5\n"})
+    code, out, err = cli("download", "--dataset", "ml-10m", "--source", source,
+                         "--output", tmp_path / "raw")
+    assert code == 0, err
+    manifest = read_manifest(tmp_path / "raw", "download")
+    assert (manifest["dataset"], manifest["layout"], manifest["release"]) == (
+        "ml-10m", "ratings.dat", "ml-10m")
+    assert manifest["data_files"] == ["ml-10m-sample.zip:ml-10M100K/ratings.dat"]
+    assert "ml-10m: ml-10m-sample.zip:ml-10M100K/ratings.dat (ratings.dat, GroupLens ml-10m)" \
+        in out
+
+
+def test_folder_holding_a_dataset_folder(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Before: "source directory holds no files".
+    release = tmp_path / "data" / "ml-latest-small"
+    release.mkdir(parents=True)
+    (release / "ratings.csv").write_bytes(b"userId,movieId,rating,timestamp\n1,2,4.0,5\n")
+    (release / "movies.csv").write_bytes(b"movieId,title\n2,Jumanji\n")
+    code, _, err = cli("download", "--dataset", "ml-latest-small", "--source",
+                       f"{tmp_path / 'data'}/", "--output", tmp_path / "raw")
+    assert code == 0, err
+    manifest = read_manifest(tmp_path / "raw", "download")
+    assert [r["name"] for r in manifest["downloads"]] == ["ml-latest-small/ratings.csv"]
+    assert (manifest["layout"], manifest["release"]) == ("ratings.csv", "ml-latest-small")
+    assert (tmp_path / "raw" / "ml-latest-small" / "ratings.csv").read_bytes() == (
+        release / "ratings.csv").read_bytes()
+
+
+@pytest.mark.parametrize("present", ["pinterest-20.test.rating", "pinterest-20.train.rating"])
+def test_pinterest_with_one_of_its_two_files(cli, tmp_path: Path, present: str) -> None:  # type: ignore[no-untyped-def]
+    # Before: exit 0, then preprocess said "every user was filtered out ... lower the
+    # thresholds", which points the user the wrong way.
+    (tmp_path / "pins").mkdir()
+    (tmp_path / "pins" / present).write_bytes(b"0\t1\t1\n")
+    missing = present.replace("test", "TRAIN").replace("train", "test").replace("TRAIN", "train")
+    result = cli("download", "--dataset", "pinterest", "--source", tmp_path / "pins",
+                 "--output", tmp_path / "raw")
+    assert_failed(result, tmp_path / "raw", f"{missing} is missing (found {present}); "
+                  "pinterest needs both pinterest-20.train.rating and pinterest-20.test.rating")
+
+
+def test_unresolvable_host_is_not_retried(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Before: retried 6 times (~31 s) as if the network had dropped.
+    result = cli("download", "--dataset", "pinterest", "--source",
+                 "http://vaecf-test.invalid/pinterest-20.train.rating",
+                 "--output", tmp_path / "raw")
+    assert_failed(result, tmp_path / "raw", "cannot resolve host 'vaecf-test.invalid'",
+                  "no network, or a wrong name")
+    assert "retrying" not in result[1]

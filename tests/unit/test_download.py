@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,8 +11,8 @@ import boto3
 import pytest
 from loopback_http import FixtureServer, serve, url
 
-from vaecf.data.datasets import DATASETS, Dataset, RemoteFile, get_dataset
-from vaecf.data.download import download_dataset
+from vaecf.data.datasets import DATASETS, GROUPLENS, Dataset, RemoteFile, get_dataset
+from vaecf.data.download import download_dataset, inspect_download
 from vaecf.data.fetch import RetryPolicy, fetch
 from vaecf.errors import VaecfError
 
@@ -69,6 +70,17 @@ def test_unreachable_server_gives_up_after_the_attempts(tmp_path: Path) -> None:
         fetch(f"http://127.0.0.1:{port}/a.bin", tmp_path / "a.bin", FAST)
 
 
+def test_unresolvable_host_fails_at_once(tmp_path: Path) -> None:
+    # RFC 2606: ".invalid" never resolves. Before, this was retried like a dropped
+    # connection (6 attempts, ~31 s without network).
+    slow = RetryPolicy(attempts=4, backoff_seconds=30, timeout_seconds=5)
+    with pytest.raises(VaecfError) as err:
+        fetch("http://vaecf-test.invalid/a.zip", tmp_path / "a.zip", slow)
+    assert str(err.value).startswith("http://vaecf-test.invalid/a.zip: cannot resolve host "
+                                     "'vaecf-test.invalid' (")
+    assert "attempts" not in str(err.value)
+
+
 def test_published_checksum_is_verified(http_server: FixtureServer, tmp_path: Path) -> None:
     http_server.files["data.zip"] = PAYLOAD
     good = RemoteFile("data.zip", url(http_server, "plain/data.zip"),
@@ -91,14 +103,24 @@ def test_source_with_the_registry_name_is_checked(http_server: FixtureServer,
 
 def test_local_directory_and_file_sources(tmp_path: Path) -> None:
     source = tmp_path / "src"
-    source.mkdir()
+    (source / "part2" / ".hidden").mkdir(parents=True)
     (source / "combined_data_1.txt").write_bytes(b"1:\n")
-    (source / "combined_data_2.txt").write_bytes(b"2:\n")
+    (source / "part2" / "combined_data_2.txt").write_bytes(b"2:\n")
+    (source / "part2" / "notes.txt").write_bytes(b"not a data file")
+    (source / "part2" / ".hidden" / "combined_data_3.txt").write_bytes(b"3:\n")
+    (source / "nf.tar.gz").write_bytes(b"an archive may hold data files")
     out = tmp_path / "out"
     out.mkdir()
     records = download_dataset(get_dataset("netflix"), str(source), out, FAST)
-    assert [r["name"] for r in records] == ["combined_data_1.txt", "combined_data_2.txt"]
-    fetch(f"file://{source}/combined_data_2.txt", out / "copy.txt", FAST)
+    assert [r["name"] for r in records] == ["combined_data_1.txt", "nf.tar.gz",
+                                            "part2/combined_data_2.txt"]
+    assert (out / "part2" / "combined_data_2.txt").read_bytes() == b"2:\n"
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "notes.txt").write_bytes(b"not a data file")
+    with pytest.raises(VaecfError, match=r"docs: source directory holds no data files or "
+                                         r"archives among its 1 files \(subfolders included"):
+        download_dataset(get_dataset("netflix"), str(tmp_path / "docs"), out, FAST)
+    fetch(f"file://{source}/part2/combined_data_2.txt", out / "copy.txt", FAST)
     assert (out / "copy.txt").read_bytes() == b"2:\n"
     with pytest.raises(VaecfError, match="source file does not exist"):
         fetch(str(source / "missing.txt"), out / "m", FAST)
@@ -107,17 +129,105 @@ def test_local_directory_and_file_sources(tmp_path: Path) -> None:
 def test_s3_object_and_prefix_sources(s3_bucket: str, tmp_path: Path) -> None:
     s3 = boto3.client("s3")
     s3.put_object(Bucket=s3_bucket, Key="nf/combined_data_1.txt", Body=b"1:\n5,3,2005-01-01\n")
-    s3.put_object(Bucket=s3_bucket, Key="nf/combined_data_2.txt", Body=b"2:\n")
+    s3.put_object(Bucket=s3_bucket, Key="nf/more/combined_data_2.txt", Body=b"2:\n")
+    s3.put_object(Bucket=s3_bucket, Key="nf/_SUCCESS", Body=b"")
     fetch(f"s3://{s3_bucket}/nf/combined_data_1.txt", tmp_path / "one.txt", FAST)
     assert (tmp_path / "one.txt").read_bytes() == b"1:\n5,3,2005-01-01\n"
     records = download_dataset(get_dataset("netflix"), f"s3://{s3_bucket}/nf/", tmp_path, FAST)
-    assert [r["name"] for r in records] == ["combined_data_1.txt", "combined_data_2.txt"]
+    assert [r["name"] for r in records] == ["combined_data_1.txt", "more/combined_data_2.txt"]
+    assert (tmp_path / "more" / "combined_data_2.txt").read_bytes() == b"2:\n"
 
 
 def test_registry() -> None:
-    assert set(DATASETS) == {"ml-20m", "netflix", "lastfm", "pinterest", "synthetic"}
-    assert DATASETS["netflix"].requires_source
+    releases = ["ml-100k", "ml-1m", "ml-10m", "ml-20m", "ml-25m", "ml-32m", "ml-latest",
+                "ml-latest-small"]
+    assert list(DATASETS) == [*releases, "movielens", "netflix", "lastfm", "pinterest",
+                              "synthetic"]
+    for name in releases:
+        (remote,) = DATASETS[name].files
+        assert remote.url == f"https://files.grouplens.org/datasets/movielens/{name}.zip"
+        assert remote.url == f"{GROUPLENS}/{remote.name}"
+        # GroupLens re-releases ml-latest* in place: a pinned MD5 would break every download.
+        assert (remote.md5 is None) == name.startswith("ml-latest"), name
+    assert DATASETS["ml-10m"].folder == "ml-10M100K"
+    assert DATASETS["netflix"].requires_source and DATASETS["movielens"].requires_source
     with pytest.raises(VaecfError, match="unknown dataset 'ml-1b'"):
         get_dataset("ml-1b")
     with pytest.raises(VaecfError, match="--source: required for dataset 'netflix'"):
         download_dataset(get_dataset("netflix"), None, Path("/nonexistent"), FAST)
+
+
+FIRST_LINES = {"ratings.dat": b"1::2::4::5\n", "u.data": b"1\t2\t4\t5\n",
+               "ratings.csv": b"userId,movieId,rating,timestamp\n1,2,4,5\n"}
+
+
+def _zip(path: Path, *members: str) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for member in members:
+            archive.writestr(member, FIRST_LINES.get(Path(member).name, b"x\n"))
+    return path
+
+
+@pytest.mark.parametrize(("dataset", "members", "layout", "release"), [
+    ("ml-1m", ["ml-1m/ratings.dat", "ml-1m/movies.dat"], "ratings.dat", "ml-1m"),
+    ("ml-10m", ["ml-10M100K/ratings.dat", "ml-10M100K/tags.dat"], "ratings.dat", "ml-10m"),
+    ("ml-100k", ["ml-100k/u.data", "ml-100k/u1.base", "ml-100k/u.item"], "u.data", "ml-100k"),
+    ("ml-25m", ["ml-25m/ratings.csv", "ml-25m/movies.csv"], "ratings.csv", "ml-25m"),
+    ("ml-1m", ["ratings.dat"], "ratings.dat", None),
+    ("movielens", ["ml-1m/ratings.dat"], "ratings.dat", "ml-1m"),
+    ("movielens", ["mine/u.data"], "u.data", None),
+])
+def test_inspect_download_names_layout_and_release(tmp_path: Path, dataset: str,
+                                                   members: list[str], layout: str,
+                                                   release: str | None) -> None:
+    _zip(tmp_path / "a.zip", *members)
+    contents = inspect_download(get_dataset(dataset), tmp_path, ["a.zip"], "SRC")
+    assert contents == {"data_files": [f"a.zip:{members[0]}"], "layout": layout,
+                        "release": release}
+
+
+@pytest.mark.parametrize(("dataset", "members", "expected"), [
+    ("ml-20m", ["ml-1m/ratings.dat"], "SRC: holds a.zip:ml-1m/ratings.dat, but ml-20m is "
+     "published as ratings.csv: use --dataset ml-1m (or movielens, for any MovieLens "
+     "ratings file)"),
+    ("ml-1m", ["x/u.data"], "SRC: holds a.zip:x/u.data, but ml-1m is published as "
+     "ratings.dat: use --dataset movielens (for any MovieLens ratings file)"),
+    ("ml-20m", ["ml-latest-small/ratings.csv"], "SRC: holds a.zip:ml-latest-small/ratings.csv, "
+     "GroupLens' ml-latest-small, not ml-20m: use --dataset ml-latest-small"),
+    ("ml-20m", ["ml-20m/movies.csv"], "SRC: no ratings.csv, ratings.dat or u.data among a.zip"),
+    ("movielens", ["a/ratings.csv", "b/u.data"], "SRC: several MovieLens ratings files "
+     "(a.zip:a/ratings.csv, a.zip:b/u.data); expected one"),
+])
+def test_inspect_download_refuses_what_the_dataset_is_not(tmp_path: Path, dataset: str,
+                                                          members: list[str],
+                                                          expected: str) -> None:
+    _zip(tmp_path / "a.zip", *members)
+    with pytest.raises(VaecfError) as err:
+        inspect_download(get_dataset(dataset), tmp_path, ["a.zip"], "SRC")
+    assert str(err.value).startswith(expected)
+
+
+def test_inspect_download_names_a_truncated_archive(tmp_path: Path) -> None:
+    data = _zip(tmp_path / "a.zip", "ml-1m/ratings.dat").read_bytes()
+    (tmp_path / "a.zip").write_bytes(data[: len(data) // 2])
+    with pytest.raises(VaecfError, match=r"^SRC: archive a\.zip is corrupt or truncated"):
+        inspect_download(get_dataset("ml-1m"), tmp_path, ["a.zip"], "SRC")
+
+
+@pytest.mark.parametrize(("member", "content", "expected"), [
+    ("ml-20m/ratings.csv", b"", "a.zip:ml-20m/ratings.csv: file is empty"),
+    ("ml-20m/ratings.csv", b"user,movie,rating\n1,2,3\n",
+     "a.zip:ml-20m/ratings.csv: line 1: missing column 'userId'"),
+    ("ml-20m/ratings.csv", b"\xef\xbb\xbfuserId,movieId,rating,rating\n",
+     "a.zip:ml-20m/ratings.csv: line 1: column 'rating' appears 2 times"),
+    ("ml-1m/ratings.dat", b"userId,movieId,rating,timestamp\n1,2,3,4\n",
+     "a.zip:ml-1m/ratings.dat: line 1: expected 4 fields"),
+    ("ml-100k/u.data", b"", "a.zip:ml-100k/u.data: file is empty"),
+])
+def test_inspect_download_reads_the_first_line(tmp_path: Path, member: str, content: bytes,
+                                               expected: str) -> None:
+    with zipfile.ZipFile(tmp_path / "a.zip", "w") as archive:
+        archive.writestr(member, content)
+    with pytest.raises(VaecfError) as err:
+        inspect_download(get_dataset("movielens"), tmp_path, ["a.zip"], "SRC")
+    assert str(err.value).startswith(expected)

@@ -89,7 +89,8 @@ def test_corrupt_and_truncated_zip(tmp_path: Path) -> None:
     flipped[len(data) // 3] ^= 0xFF
     (tmp_path / "flipped.zip").write_bytes(bytes(flipped))
     for name in ("cut.zip", "flipped.zip"):
-        with pytest.raises(VaecfError, match=f"{name}: (archive is corrupt or truncated|line)"):
+        with pytest.raises(VaecfError, match=f"(archive {name} is corrupt or truncated|{name}:"
+                                             f"ml-20m/ratings.csv: line)"):
             _read("movielens", tmp_path, name)
 
 
@@ -98,14 +99,111 @@ def test_truncated_tarball(tmp_path: Path) -> None:
     data = _tar(tmp_path / "x.tar.gz", {"lastfm-dataset-360K/usersha1-artmbid-artname-plays.tsv":
                                         rows}).read_bytes()
     (tmp_path / "cut.tar.gz").write_bytes(data[: len(data) // 2])
-    with pytest.raises(VaecfError, match=r"cut\.tar\.gz: archive is corrupt or truncated"):
+    with pytest.raises(VaecfError, match=r"archive cut\.tar\.gz is corrupt or truncated"):
         _read("lastfm", tmp_path, "cut.tar.gz")
 
 
 def test_missing_data_file_is_named(tmp_path: Path) -> None:
     _zip(tmp_path / "ml-20m.zip", {"ml-20m/movies.csv": b"movieId,title\n"})
-    with pytest.raises(VaecfError, match=r"no ratings.csv among ml-20m.zip"):
+    with pytest.raises(VaecfError, match=r"no ratings.csv, ratings.dat or u.data among ml-20m"):
         _read("movielens", tmp_path, "ml-20m.zip")
+
+
+RATINGS_DAT = b"7::31::4::100\n7::5::2::101\n2::31::5::102\n"
+U_DATA = b"7\t31\t4\t100\n7\t5\t2\t101\n2\t31\t5\t102\n"
+
+
+@pytest.mark.parametrize(("member", "data"), [
+    ("ml-1m/ratings.dat", RATINGS_DAT),
+    ("ml-10M100K/ratings.dat", RATINGS_DAT.replace(b"::4::", b"::4.5::")),
+    ("ml-100k/u.data", U_DATA),
+])
+def test_movielens_dat_and_u_data_layouts(tmp_path: Path, member: str, data: bytes) -> None:
+    # ML-100K's u1.base .. ub.test are splits of u.data: reading them too would double rows.
+    _zip(tmp_path / "a.zip", {member: data, "ml-100k/u1.base": U_DATA,
+                              "ml-1m/movies.dat": b"1::Toy Story::x\n"})
+    _zip(tmp_path / "b.zip", {member.split("/")[1]: data})  # at the zip's root
+    (tmp_path / member.split("/")[1]).write_bytes(data)  # the same file, plain
+    for name in ("a.zip", "b.zip", member.split("/")[1]):
+        raw = _read("movielens", tmp_path, name)
+        assert raw.user_id.tolist() == [7, 7, 2]
+        assert raw.item_id.tolist() == [31, 5, 31]
+        assert raw.value.tolist() == [4.5 if "10M" in member else 4.0, 2.0, 5.0]
+        assert raw.kind == "rating"
+
+
+@pytest.mark.parametrize(("name", "content", "expected"), [
+    ("ratings.dat", RATINGS_DAT + b"3::4::x::5\n", "line 4: column 'rating': 'x' is not a"),
+    ("ratings.dat", RATINGS_DAT + b"3:4::4::5\n", "line 4: expected 4 fields (userId, movieId, "
+                                                  "rating, timestamp), got 3"),
+    ("ratings.dat", RATINGS_DAT + b"3:NA:4::4::5\n", "line 4: expected 4 fields"),
+    ("ratings.dat", RATINGS_DAT + b"3::4::4::5::6\n", "line 4: expected 4 fields"),
+    ("ratings.dat", RATINGS_DAT + b"3::4::4::5:\n", "line 4: column 'timestamp': '5:' is not"),
+    ("ratings.dat", RATINGS_DAT + b"3,4,4,5\n", "line 4: expected 4 fields"),
+    ("ratings.dat", RATINGS_DAT + b"3::4::7::5\n", "line 4: column 'rating': '7' is not in"),
+    ("u.data", U_DATA + b"3\t4\t4\n", "line 4: expected 4 fields"),
+    ("u.data", U_DATA + b"3\tx\t4\t5\n", "line 4: column 'movieId': 'x' is not an integer"),
+    ("u.data", U_DATA + b"3\t4\t4\t5\t\n", "line 4: expected 4 fields"),
+])
+def test_dat_and_u_data_bad_lines(tmp_path: Path, name: str, content: bytes,
+                                  expected: str) -> None:
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(VaecfError) as err:
+        _read("movielens", tmp_path, name)
+    assert f"{name}: {expected}" in str(err.value)
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize(("name", "content", "bad"), [
+    ("ratings.csv", RATINGS, b"3,4,9,5\n"), ("ratings.dat", RATINGS_DAT, b"3::4::9::5\n"),
+    ("u.data", U_DATA, b"3\t4\t9\t5\n")])
+def test_byte_order_mark_is_accepted(tmp_path: Path, name: str, content: bytes,
+                                     bad: bytes) -> None:
+    (tmp_path / name).write_bytes(BOM + content)
+    raw = _read("movielens", tmp_path, name)
+    assert raw.user_id.tolist() == [7, 7, 2]
+    # ... and a bad line further down is still the one named, not line 1.
+    (tmp_path / name).write_bytes(BOM + content + bad)
+    line = len(content.splitlines()) + 1
+    with pytest.raises(VaecfError, match=f"{name}: line {line}: column 'rating': '9' is not"):
+        _read("movielens", tmp_path, name)
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    (b"userId,movieId,rating,rating,timestamp\n1,2,4.0,3.0,5\n",
+     "ratings.csv: line 1: column 'rating' appears 2 times (header is 'userId,movieId,rating,"
+     "rating,timestamp')"),
+    (b"userId,movieId,rating,timestamp,timestamp\n1,2,4.0,3,5\n",
+     "ratings.csv: line 1: column 'timestamp' appears 2 times"),
+    (RATINGS + b"99999999999999999999,3,4.0,5\n",
+     "ratings.csv: line 5: column 'userId': '99999999999999999999' does not fit in a 64-bit"),
+    (RATINGS + b"1,-9223372036854775809,4.0,5\n",
+     "ratings.csv: line 5: column 'movieId': '-9223372036854775809' does not fit"),
+    (RATINGS + b"1," + b"9" * 5000 + b",4.0,5\n",
+     "line 5: column 'movieId': '" + "9" * 40 + "... (5,000 characters)' does not fit"),
+    (RATINGS + b"1,\xd9\xa3,4.0,5\n", "ratings.csv: line 5: column 'movieId': '\u0663' is not"),
+    (RATINGS + b"1,NA,4.0,5\n", "ratings.csv: line 5: column 'movieId': 'NA' is not an"),
+    (b"userId,movieId,rating," + b"x" * (65 << 10) + b"\n1,2,3,4\n",
+     "ratings.csv: line 1: header longer than 64 KiB"),
+])
+def test_hostile_ratings_csv(tmp_path: Path, content: bytes, expected: str) -> None:
+    (tmp_path / "ratings.csv").write_bytes(content)
+    with pytest.raises(VaecfError) as err:
+        _read("movielens", tmp_path, "ratings.csv")
+    assert expected in str(err.value)
+    assert len(str(err.value)) < 400
+
+
+def test_line_longer_than_a_parse_block_is_named(tmp_path: Path) -> None:
+    # 33 MiB: pyarrow cannot parse a line longer than two of its 16 MiB blocks (the hostile
+    # case was a 200 MB line; the error was "straddling object ..." with no line number).
+    (tmp_path / "ratings.csv").write_bytes(RATINGS + b"1,2,4.0," + b"7" * (33 << 20) + b"\n")
+    with pytest.raises(VaecfError) as err:
+        _read("movielens", tmp_path, "ratings.csv")
+    assert str(err.value).endswith("ratings.csv: line 5: longer than 16 MiB (missing line "
+                                   "breaks?)")
 
 
 NETFLIX_MV1 = b"1:\n10,3,2005-09-06\n11,5,2005-09-07\n"
@@ -171,6 +269,14 @@ def test_lastfm_negative_plays(tmp_path: Path) -> None:
         _read("lastfm", tmp_path, "usersha1-artmbid-artname-plays.tsv")
 
 
+@pytest.mark.parametrize("present", ["pinterest-20.test.rating", "pinterest-20.train.rating"])
+def test_pinterest_needs_both_files(tmp_path: Path, present: str) -> None:
+    (tmp_path / present).write_bytes(b"0\t9\t1\n")
+    missing = ({"pinterest-20.test.rating", "pinterest-20.train.rating"} - {present}).pop()
+    with pytest.raises(VaecfError, match=f"{missing} is missing .found {present}."):
+        _read("pinterest", tmp_path, present)
+
+
 def test_pinterest_train_and_test_files(tmp_path: Path) -> None:
     (tmp_path / "pinterest-20.train.rating").write_bytes(b"0\t5\t1\t0\n0\t6\t1\t0\n1\t5\t1\t0\n")
     (tmp_path / "pinterest-20.test.rating").write_bytes(b"0\t9\t1\n1\t3\t1\n")
@@ -193,7 +299,11 @@ def test_pinterest_train_and_test_files(tmp_path: Path) -> None:
 def test_other_readers_bad_input(tmp_path: Path, name: str, content: bytes,
                                  expected: str) -> None:
     (tmp_path / name).write_bytes(content)
+    names = [name]
+    if name.startswith("pinterest"):
+        names.append("pinterest-20.test.rating")
+        (tmp_path / names[1]).write_bytes(b"0\t9\t1\n")
     reader = "lastfm" if name.startswith("usersha1") else "pinterest"
     with pytest.raises(VaecfError) as err:
-        _read(reader, tmp_path, name)
+        _read(reader, tmp_path, *names)
     assert expected in str(err.value)

@@ -2,22 +2,32 @@
 
 The files land exactly as their publisher distributes them (the zip, the tar.gz): the
 readers of ``vaecf preprocess`` understand the native formats, so nothing is unpacked or
-rewritten here and the published checksum stays meaningful. ``synthetic`` is generated
-instead, in MovieLens' ``ratings.csv`` format so that it exercises the same reader.
+rewritten here and the published checksum stays meaningful. What was downloaded is then
+checked to hold the data files the dataset's reader needs, in the layout the dataset is
+published in (``inspect_download``), so a wrong or incomplete source fails here and not one
+stage later. ``synthetic`` is generated instead, in MovieLens' ``ratings.csv`` format so that
+it exercises the same reader.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vaecf import log
-from vaecf.data.datasets import Dataset, RemoteFile
+from vaecf.data.datasets import Dataset, RemoteFile, release_of
 from vaecf.data.fetch import DEFAULT_RETRY, RetryPolicy, fetch, source_name
+from vaecf.data.readers import READERS, check_data_files, layout_of
+from vaecf.data.readers.archive import Match, is_archive, peek_data_files
 from vaecf.errors import VaecfError
 from vaecf.io import storage
+
+# Of each data file's first line: one byte more than the longest header a reader accepts,
+# so that a longer one is refused as such.
+_PEEK_BYTES = (64 << 10) + 1
 
 
 @dataclass(frozen=True)
@@ -44,8 +54,10 @@ def download_dataset(dataset: Dataset, source: str | None, directory: Path,
 
     Args:
       source: overrides the default URL: one file (any scheme), a local directory or an
-        ``s3://`` prefix ending in ``/`` (e.g. Netflix' per-movie files). A file with the
-        same name as a registry file is checked against that file's published MD5.
+        ``s3://`` prefix ending in ``/`` (e.g. Netflix' per-movie files). Of a directory or
+        prefix, the data files and archives are taken, in subfolders too, keeping their
+        relative paths. A file with the same name as a registry file is checked against that
+        file's published MD5.
       synthetic: sizes and seed when ``dataset`` is ``synthetic``.
 
     Returns:
@@ -61,30 +73,73 @@ def download_dataset(dataset: Dataset, source: str | None, directory: Path,
             raise VaecfError(f"--source: required for dataset '{dataset.name}' ({dataset.note})")
         targets = [(remote.url, remote.name) for remote in dataset.files]
     else:
-        targets = _expand_source(source)
+        targets = _expand_source(source, READERS[dataset.reader].match)
     expected = {remote.name: remote for remote in dataset.files}
-    return [_fetch_verified(uri, directory / name, expected.get(name), policy)
+    return [_fetch_verified(uri, directory, name, expected.get(name), policy)
             for uri, name in targets]
 
 
-def _expand_source(source: str) -> list[tuple[str, str]]:
-    """``(uri, file name)`` pairs for a source that may be a directory or an S3 prefix."""
+def inspect_download(dataset: Dataset, directory: Path, names: list[str],
+                     where: str) -> dict[str, Any]:
+    """Check that the downloaded ``names`` hold what ``dataset`` is; describe what they hold.
+
+    Args:
+      where: the source as the user gave it, for messages.
+
+    Returns:
+      ``data_files`` (labels, e.g. ``ml-1m.zip:ml-1m/ratings.dat``), ``layout`` (MovieLens:
+      ``ratings.csv``, ``ratings.dat`` or ``u.data``) and ``release`` (the GroupLens release
+      whose zip folder holds the data, or null): recorded in the manifests.
+    """
+    reader = READERS[dataset.reader]
+    peeked = peek_data_files(directory, names, reader.match, _PEEK_BYTES, where)
+    labels = [label for label, _ in peeked]
+    check_data_files(dataset.reader, labels, names, where)
+    layout, release = layout_of(dataset.reader, labels), release_of(labels)
+    if dataset.layout and layout != dataset.layout:
+        use = f"{release} (or movielens, for" if release else "movielens (for"
+        raise VaecfError(f"{where}: holds {labels[0]}, but {dataset.name} is published as "
+                         f"{dataset.layout}: use --dataset {use} any MovieLens ratings file)")
+    if dataset.folder and release not in (None, dataset.name):
+        raise VaecfError(f"{where}: holds {labels[0]}, GroupLens' {release}, not "
+                         f"{dataset.name}: use --dataset {release}")
+    if reader.probe is not None:
+        for label, first in peeked:
+            reader.probe(label, first)  # e.g. a ratings.csv without a userId column
+    return {"data_files": labels, "layout": layout, "release": release}
+
+
+def _expand_source(source: str, match: Match) -> list[tuple[str, str]]:
+    """``(uri, relative name)`` pairs of the data files and archives a source holds."""
     if storage.is_s3(source) and source.endswith("/"):
-        keys = [k for k in storage.list_keys(source) if "/" not in k and k != "_SUCCESS"]
+        keys = [k for k in storage.list_keys(source) if is_archive(k) or match(k)]
         if not keys:
-            raise VaecfError(f"{source}: no objects under this prefix")
+            raise VaecfError(f"{source}: no data files or archives under this prefix")
         return [(source + key, key) for key in keys]
     local = Path(source.removeprefix("file://"))
     if "://" not in source.removeprefix("file://") and local.is_dir():
-        files = sorted(p for p in local.iterdir() if p.is_file())
-        if not files:
-            raise VaecfError(f"{source}: source directory holds no files")
-        return [(str(p), p.name) for p in files]
+        files = [path.relative_to(local).as_posix() for path in _files_below(local)]
+        names = [name for name in files if is_archive(name) or match(name)]
+        if not names:
+            raise VaecfError(f"{source}: source directory holds no data files or archives "
+                             f"among its {len(files)} files (subfolders included)")
+        return [(str(local / name), name) for name in names]
     return [(source, source_name(source))]
 
 
-def _fetch_verified(uri: str, dest: Path, remote: RemoteFile | None,
+def _files_below(directory: Path) -> list[Path]:
+    """Files in ``directory`` and its subfolders, sorted; hidden folders are skipped."""
+    found: list[Path] = []
+    for root, folders, files in os.walk(directory):
+        folders[:] = [name for name in folders if not name.startswith(".")]
+        found.extend(Path(root) / name for name in files)
+    return sorted(found)
+
+
+def _fetch_verified(uri: str, directory: Path, name: str, remote: RemoteFile | None,
                     policy: RetryPolicy) -> dict[str, Any]:
+    dest = directory / name
+    dest.parent.mkdir(parents=True, exist_ok=True)
     fetch(uri, dest, policy)
     size = dest.stat().st_size
     md5 = md5_file(dest)
@@ -96,7 +151,7 @@ def _fetch_verified(uri: str, dest: Path, remote: RemoteFile | None,
                          f"{expected_size or size:,} bytes (corrupt or wrong file)")
     if expected_md5:
         log.info(f"{dest.name}: MD5 {md5} matches the published checksum")
-    return {"name": dest.name, "source": uri, "bytes": size, "md5": md5,
+    return {"name": name, "source": uri, "bytes": size, "md5": md5,
             "expected_md5": expected_md5}
 
 

@@ -3,13 +3,15 @@
 HTTP downloads retry transient failures (connection errors, timeouts, 5xx, 429) with
 exponential backoff and resume a partial file with an HTTP ``Range`` request, so a dropped
 connection two gigabytes into a Netflix archive costs seconds, not the whole transfer.
-Errors a retry cannot fix (404, 403, a missing local file) stop at once with one line.
+Errors a retry cannot fix (404, 403, a missing local file, a host name that does not
+resolve, as on a machine without network) stop at once with one line.
 """
 
 from __future__ import annotations
 
 import http.client
 import shutil
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -105,6 +107,9 @@ def _open(url: str, have: int, timeout: float) -> http.client.HTTPResponse | Non
         raise VaecfError(f"{url}: HTTP {err.code} {err.reason}") from None
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
+        if isinstance(reason, socket.gaierror):
+            raise VaecfError(f"{url}: cannot resolve host '{urlparse(url).hostname}' "
+                             f"({reason.strerror}): no network, or a wrong name") from None
         raise _Transient(f"cannot connect ({reason})") from None
 
 

@@ -6,8 +6,9 @@ import argparse
 import time
 from dataclasses import asdict, dataclass
 
+from vaecf import log
 from vaecf.data.datasets import DATASETS, get_dataset
-from vaecf.data.download import SyntheticSize, download_dataset
+from vaecf.data.download import SyntheticSize, download_dataset, inspect_download
 from vaecf.errors import VaecfError
 from vaecf.io import publish, write_manifest
 from vaecf.stages import new_parser, run_stage
@@ -27,13 +28,15 @@ class DownloadConfig:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(STAGE, "Fetch a dataset's raw files (https, s3://, file://), verify "
-                               "published checksums and write download_manifest.json.")
+                               "published checksums, check that they hold the dataset's data "
+                               "files and write download_manifest.json.")
     parser.add_argument("--dataset", required=True,
                         help=f"dataset name, one of: {', '.join(DATASETS)}")
     parser.add_argument("--source", help="where to fetch from instead of the public URL: "
                                          "https://, s3://, file:// or a path (a file, a local "
-                                         "directory or an s3:// prefix ending in '/'); "
-                                         "required for netflix")
+                                         "directory or an s3:// prefix ending in '/', whose "
+                                         "data files and archives are taken, subfolders "
+                                         "too); required for movielens and netflix")
     parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
     parser.add_argument("--seed", type=int, default=98765, help="seed of the synthetic data")
     parser.add_argument("--synthetic-users", type=int, default=5000,
@@ -51,6 +54,11 @@ def run(config: DownloadConfig) -> None:
     size = SyntheticSize(config.synthetic_users, config.synthetic_items, config.seed)
     with publish(config.output) as staging:
         records = download_dataset(dataset, config.source, staging, synthetic=size)
+        where = config.source or ", ".join(f.url for f in dataset.files) or dataset.name
+        contents = inspect_download(dataset, staging, [r["name"] for r in records], where)
+        files, release = contents["data_files"], contents["release"]
+        log.info(f"{dataset.name}: {files[0] if len(files) == 1 else f'{len(files)} files'} "
+                 f"({contents['layout']}{f', GroupLens {release}' if release else ''})")
         parameters = {"dataset": dataset.name, "source": config.source}
         if dataset.name == "synthetic":
             parameters.update(asdict(size))
@@ -59,7 +67,7 @@ def run(config: DownloadConfig) -> None:
                                "bytes": sum(r["bytes"] for r in records)},
                        started=started,
                        extra={"dataset": dataset.name, "reader": dataset.reader,
-                              "downloads": records})
+                              "downloads": records, **contents})
 
 
 def _body(args: argparse.Namespace) -> None:

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from vaecf import log
-from vaecf.data.datasets import get_dataset
+from vaecf.data.datasets import get_dataset, release_of
 from vaecf.data.preprocess import (
     PROTOCOLS,
     FilterConfig,
@@ -17,7 +17,7 @@ from vaecf.data.preprocess import (
     preprocess,
     write_interactions,
 )
-from vaecf.data.readers import read_raw
+from vaecf.data.readers import layout_of, read_raw
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, publish, read_manifest, write_manifest
 from vaecf.stages import new_parser, run_stage
@@ -76,7 +76,9 @@ def run(config: PreprocessConfig) -> None:
         write_manifest(staging, STAGE, inputs={"input": config.input,
                                                "download_files": download["files"]},
                        parameters=asdict(config.filters), counts=counts, started=started,
-                       extra={"dataset": dataset.name, "files_read": files_read})
+                       extra={"dataset": dataset.name, "files_read": files_read,
+                              "layout": layout_of(dataset.reader, files_read),
+                              "release": release_of(files_read)})
 
 
 def _body(args: argparse.Namespace) -> None:

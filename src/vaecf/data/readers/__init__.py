@@ -4,11 +4,14 @@
 reads them with the dataset's reader. Every reader is strict: an empty file, a header
 without data, a missing column, a non-numeric id, a NaN or out-of-range value, a corrupt
 archive, a cut last line or non-UTF-8 bytes stop with one error naming file, line, column.
+``check_data_files`` refuses a download that lacks the files its reader needs, so
+``vaecf download`` fails, not the stage after it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,20 +19,74 @@ import numpy as np
 from vaecf import log
 from vaecf.data.readers.archive import DataFile, Match, find_data_files
 from vaecf.data.readers.lastfm import is_lastfm_file, read_lastfm_file
-from vaecf.data.readers.movielens import is_ratings_file, read_ratings_csv
+from vaecf.data.readers.movielens import (
+    is_ratings_file,
+    probe_ratings,
+    ratings_layout,
+    read_ratings,
+)
 from vaecf.data.readers.netflix import is_netflix_file, read_netflix_file
-from vaecf.data.readers.pinterest import is_pinterest_file, read_pinterest_file
+from vaecf.data.readers.pinterest import (
+    is_pinterest_file,
+    missing_pinterest_file,
+    read_pinterest_file,
+)
 from vaecf.data.readers.table import RawInteractions
 from vaecf.errors import VaecfError
 
-__all__ = ["READERS", "RawInteractions", "read_raw"]
+__all__ = ["READERS", "RawInteractions", "check_data_files", "layout_of", "read_raw"]
 
-READERS: dict[str, tuple[Match, Callable[[DataFile], RawInteractions], str]] = {
-    "movielens": (is_ratings_file, read_ratings_csv, "ratings.csv"),
-    "netflix": (is_netflix_file, read_netflix_file, "mv_*.txt or combined_data_*.txt"),
-    "lastfm": (is_lastfm_file, read_lastfm_file, "usersha1-artmbid-artname-plays.tsv"),
-    "pinterest": (is_pinterest_file, read_pinterest_file, "pinterest-20.{train,test}.rating"),
+
+@dataclass(frozen=True)
+class Reader:
+    """How one family of datasets is found and read.
+
+    Attributes:
+      match: whether a file name or archive member path is one of its data files.
+      read: parses one data file.
+      expected: the data files' names, as messages and manifests name them.
+      probe: given a data file's label and first line, raises VaecfError if that line
+        cannot start one (checked at download; the reader checks every line later).
+    """
+
+    match: Match
+    read: Callable[[DataFile], RawInteractions]
+    expected: str
+    probe: Callable[[str, bytes], None] | None = None
+
+
+READERS: dict[str, Reader] = {
+    "movielens": Reader(is_ratings_file, read_ratings, "ratings.csv, ratings.dat or u.data",
+                        probe_ratings),
+    "netflix": Reader(is_netflix_file, read_netflix_file, "mv_*.txt or combined_data_*.txt"),
+    "lastfm": Reader(is_lastfm_file, read_lastfm_file, "usersha1-artmbid-artname-plays.tsv"),
+    "pinterest": Reader(is_pinterest_file, read_pinterest_file,
+                        "pinterest-20.{train,test}.rating"),
 }
+
+
+def check_data_files(reader: str, labels: list[str], names: list[str], where: str) -> None:
+    """Refuse data files (``labels``, found among ``names``) that ``reader`` cannot read.
+
+    Args:
+      where: what the message names first (the source or the download directory).
+    """
+    problem = None
+    if not labels:
+        problem = f"no {READERS[reader].expected} among {', '.join(sorted(names))}"
+    elif reader == "movielens" and len(labels) > 1:
+        problem = f"several MovieLens ratings files ({', '.join(labels)}); expected one"
+    elif reader == "pinterest":
+        problem = missing_pinterest_file(labels)
+    if problem:
+        raise VaecfError(f"{where}: {problem}")
+
+
+def layout_of(reader: str, labels: list[str]) -> str:
+    """The layout the data files are in: MovieLens' file name, else the reader's files."""
+    if reader == "movielens":
+        return str(ratings_layout(labels[0]))
+    return READERS[reader].expected
 
 
 def read_raw(reader: str, directory: Path, names: list[str], scratch: Path) -> RawInteractions:
@@ -40,25 +97,20 @@ def read_raw(reader: str, directory: Path, names: list[str], scratch: Path) -> R
       directory: the download directory; ``names`` its files, from its manifest.
       scratch: an empty directory for members extracted from archives.
     """
-    match, read, expected = READERS[reader]
-    files = find_data_files(directory, names, match, scratch)
-    if not files:
-        raise VaecfError(f"{directory}: no {expected} among {', '.join(sorted(names))}")
-    if reader == "movielens" and len(files) > 1:
-        raise VaecfError(f"{directory}: several ratings.csv files "
-                         f"({', '.join(f.label for f in files)}); expected one")
+    files = find_data_files(directory, names, READERS[reader].match, scratch)
+    check_data_files(reader, [f.label for f in files], names, str(directory))
     parts: list[RawInteractions] = []
     bar = log.Progress(f"read {reader}", len(files), "files")
     for file in files:
-        parts.append(read(file))
+        parts.append(READERS[reader].read(file))
         if file.path.is_relative_to(scratch):
             file.path.unlink()  # extracted copies can be large (Last.fm: 1.6 GB)
         bar.update(1)
     bar.close()
-    return _concat(parts, reader)
+    return _concat(parts)
 
 
-def _concat(parts: list[RawInteractions], reader: str) -> RawInteractions:
+def _concat(parts: list[RawInteractions]) -> RawInteractions:
     if len(parts) == 1:
         return parts[0]
     counts: dict[str, int] = {}

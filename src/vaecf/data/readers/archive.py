@@ -2,7 +2,9 @@
 
 Members are extracted to a scratch directory before parsing, so pyarrow reads a real file
 with its own (multi-threaded, GIL-free) I/O, and a bad line can be re-read to name it. A
-truncated or corrupt archive becomes one error naming the archive.
+truncated or corrupt archive becomes one error naming the archive. ``peek_data_files``
+walks the same members reading only their first line, so ``vaecf download`` can check that
+the data files are there before a later stage needs them.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 from vaecf.errors import VaecfError
 
 Match = Callable[[str], bool]
+T = TypeVar("T")
 _TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 _ARCHIVE_ERRORS = (zipfile.BadZipFile, tarfile.TarError, zlib.error, EOFError, OSError)
 
@@ -37,6 +41,25 @@ class DataFile:
     path: Path
 
 
+@dataclass(frozen=True)
+class _Member:
+    """A matching plain file (read in place) or archive member (its opener is valid until
+    the walk moves on)."""
+
+    label: str
+    source: Path | Callable[[], IO[bytes]]
+
+
+def member_path(label: str) -> str:
+    """The path of a labelled file inside its (innermost) archive, or the plain file's name."""
+    return label.rsplit(":", 1)[-1]
+
+
+def is_archive(name: str) -> bool:
+    """A zip or tarball, which may hold data files whatever its own name."""
+    return name.endswith((".zip", *_TAR_SUFFIXES))
+
+
 def find_data_files(directory: Path, names: list[str], match: Match,
                     scratch: Path) -> list[DataFile]:
     """Every file, or archive member, among ``names`` whose path satisfies ``match``.
@@ -49,33 +72,59 @@ def find_data_files(directory: Path, names: list[str], match: Match,
     Returns:
       Data files in sorted label order, so reading is deterministic.
     """
-    found: list[DataFile] = []
+    def extract(member: _Member) -> DataFile:
+        if isinstance(member.source, Path):
+            return DataFile(member.label, member.source)
+        with member.source() as stream:
+            return DataFile(member.label, _save(stream, scratch, member.label))
+
+    found = _scan(directory, names, match, extract, str(directory))
+    return sorted(found, key=lambda f: f.label)
+
+
+def peek_data_files(directory: Path, names: list[str], match: Match, limit: int,
+                    where: str) -> list[tuple[str, bytes]]:
+    """The labels ``find_data_files`` would return, sorted, each with its first line (at
+    most ``limit`` bytes), without extracting anything.
+
+    Args:
+      where: names the files' origin in errors (the download's source, not its staging).
+    """
+    def peek(member: _Member) -> tuple[str, bytes]:
+        opened = member.source.open("rb") if isinstance(member.source, Path) else member.source()
+        with opened as stream:
+            return member.label, stream.readline(limit)
+
+    return sorted(_scan(directory, names, match, peek, where))
+
+
+def _scan(directory: Path, names: list[str], match: Match, take: Callable[[_Member], T],
+          where: str) -> list[T]:
+    """``take`` applied to every matching member, inside the archive's error handling."""
+    taken: list[T] = []
     for name in sorted(names):
         path = directory / name
         try:
             if name.endswith(".zip"):
-                found.extend(_from_zip(path, name, match, scratch))
+                taken.extend(take(m) for m in _from_zip(path, name, match))
             elif name.endswith(_TAR_SUFFIXES):
                 with tarfile.open(path, "r|*") as tar:
-                    found.extend(_from_tar(tar, name, match, scratch))
+                    taken.extend(take(m) for m in _from_tar(tar, name, match))
             elif match(name):
-                found.append(DataFile(name, path))
+                taken.append(take(_Member(name, path)))
         except _ARCHIVE_ERRORS as err:
-            raise VaecfError(f"{path}: archive is corrupt or truncated ({err})") from None
-    return sorted(found, key=lambda f: f.label)
+            raise VaecfError(f"{where}: archive {name} is corrupt or truncated ({err})") from None
+    return taken
 
 
-def _from_zip(path: Path, name: str, match: Match, scratch: Path) -> Iterator[DataFile]:
+def _from_zip(path: Path, name: str, match: Match) -> Iterator[_Member]:
     with zipfile.ZipFile(path) as archive:
         for member in sorted(archive.namelist()):
-            if member.endswith("/") or not match(member):
-                continue
-            with archive.open(member) as stream:
-                yield DataFile(f"{name}:{member}", _save(stream, scratch, f"{name}:{member}"))
+            if not member.endswith("/") and match(member):
+                yield _Member(f"{name}:{member}", partial(archive.open, member))
 
 
-def _from_tar(tar: tarfile.TarFile, label: str, match: Match,
-              scratch: Path) -> Iterator[DataFile]:
+def _from_tar(tar: tarfile.TarFile, label: str, match: Match) -> Iterator[_Member]:
     """Stream through a tarball once; nested ``.tar`` members (Netflix') are walked too."""
     for member in tar:
         if not member.isfile():
@@ -85,10 +134,14 @@ def _from_tar(tar: tarfile.TarFile, label: str, match: Match,
             continue
         if member.name.endswith(".tar"):
             with tarfile.open(fileobj=stream, mode="r|") as inner:
-                yield from _from_tar(inner, f"{label}:{member.name}", match, scratch)
+                yield from _from_tar(inner, f"{label}:{member.name}", match)
         elif match(member.name):
-            yield DataFile(f"{label}:{member.name}",
-                           _save(stream, scratch, f"{label}:{member.name}"))
+            yield _Member(f"{label}:{member.name}", partial(_opened, stream))
+
+
+def _opened(stream: IO[bytes]) -> IO[bytes]:
+    """A streamed tarball's member can be read once, while the walk is on it."""
+    return stream
 
 
 def _save(stream: IO[bytes], scratch: Path, label: str) -> Path:

@@ -1,8 +1,13 @@
-"""MovieLens ``ratings.csv`` (ml-20m, ml-25m, ml-latest-small, and the synthetic data).
+"""MovieLens ratings, in the three layouts GroupLens has published them.
 
-The file is ``userId,movieId,rating,timestamp`` with a header, ratings in half stars from
-0.5 to 5.0. It is found by name, inside the GroupLens zip (``ml-20m/ratings.csv``,
-``ml-25m/ratings.csv``, ``ml-latest-small/ratings.csv``) or as a plain file.
+- ``ratings.csv`` (ml-20m, ml-25m, ml-32m, ml-latest, ml-latest-small, and the synthetic
+  data): ``userId,movieId,rating,timestamp`` with a header, half stars 0.5 to 5.0.
+- ``ratings.dat`` (ml-1m, ml-10m): ``UserID::MovieID::Rating::Timestamp``, no header.
+- ``u.data`` (ml-100k): ``user id<TAB>item id<TAB>rating<TAB>timestamp``, no header.
+
+A file is found by its name, inside the GroupLens zip (``ml-1m/ratings.dat``) or as a plain
+file, and its name is its layout. ML-100K's ``u1.base`` ... ``ub.test`` are splits of
+``u.data`` and are not read.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from pathlib import PurePosixPath
 import numpy as np
 import pyarrow as pa
 
-from vaecf.data.readers.archive import DataFile
+from vaecf.data.readers.archive import DataFile, member_path
 from vaecf.data.readers.table import (
     CsvLayout,
     RawInteractions,
@@ -26,33 +31,56 @@ from vaecf.data.readers.table import (
 )
 from vaecf.errors import VaecfError
 
+LAYOUTS = ("ratings.csv", "ratings.dat", "u.data")
 REQUIRED = ("userId", "movieId", "rating")
+NAMES = (*REQUIRED, "timestamp")
 MIN_RATING, MAX_RATING = 0.5, 5.0
+_MAX_HEADER = 64 << 10
+_TYPES = {"userId": pa.int64(), "movieId": pa.int64(), "rating": pa.float64()}
+
+
+def ratings_layout(path: str) -> str | None:
+    """The layout of a file, archive member or label (its name), or None if no ratings file."""
+    name = PurePosixPath(member_path(path)).name
+    return name if name in LAYOUTS else None
 
 
 def is_ratings_file(path: str) -> bool:
-    return PurePosixPath(path).name == "ratings.csv"
+    return ratings_layout(path) is not None
 
 
 def read_header(file: DataFile) -> tuple[str, ...]:
     """The header's column names; VaecfError if the file is empty or lacks a column."""
     with open(file.path, "rb") as handle:
-        first = handle.readline()
+        return parse_header(file.label, handle.readline(_MAX_HEADER + 1))
+
+
+def parse_header(label: str, first: bytes) -> tuple[str, ...]:
+    """The column names of ``first``, the file's first line read with a limit of 64 KiB."""
     if not first:
-        raise VaecfError(f"{file.label}: file is empty")
+        raise VaecfError(f"{label}: file is empty")
+    if len(first) > _MAX_HEADER:
+        raise VaecfError(f"{label}: line 1: header longer than {_MAX_HEADER >> 10} KiB "
+                         f"(expected {','.join(NAMES)})")
     try:
+        # utf-8-sig: a byte-order mark (Excel writes one) is not part of the first name.
         # Quoted names ("userId") are accepted: some CSV writers quote the header only.
-        names = tuple(name.strip('"') for name in first.decode("utf-8").strip().split(","))
+        names = tuple(n.strip('"') for n in first.decode("utf-8-sig").strip().split(","))
     except UnicodeDecodeError:
-        raise VaecfError(f"{file.label}: line 1: header bytes are not UTF-8") from None
+        raise VaecfError(f"{label}: line 1: header bytes are not UTF-8") from None
+    header = ",".join(names)
     for name in REQUIRED:
         if name not in names:
-            raise VaecfError(f"{file.label}: line 1: missing column '{name}' "
-                             f"(header is '{','.join(names)}'; expected {', '.join(REQUIRED)})")
+            raise VaecfError(f"{label}: line 1: missing column '{name}' "
+                             f"(header is '{header}'; expected {', '.join(REQUIRED)})")
+    for name in names:
+        if names.count(name) > 1:
+            raise VaecfError(f"{label}: line 1: column '{name}' appears "
+                             f"{names.count(name)} times (header is '{header}')")
     return names
 
 
-def _layout(names: tuple[str, ...]) -> CsvLayout:
+def _csv_layout(names: tuple[str, ...]) -> CsvLayout:
     where = {name: names.index(name) for name in REQUIRED}
 
     def check(fields: list[str]) -> str | None:
@@ -61,13 +89,51 @@ def _layout(names: tuple[str, ...]) -> CsvLayout:
                 or int_field("movieId", fields[where["movieId"]])
                 or number_field("rating", fields[where["rating"]], MIN_RATING, MAX_RATING))
 
-    types = {"userId": pa.int64(), "movieId": pa.int64(), "rating": pa.float64()}
-    return CsvLayout(names=names, types=types, check=check)
+    return CsvLayout(names=names, types=_TYPES, check=check)
 
 
-def read_ratings_csv(file: DataFile) -> RawInteractions:
-    """Read one MovieLens ratings file (fast path: pyarrow; errors name line and column)."""
-    layout = _layout(read_header(file))
+def _check_fixed(fields: list[str]) -> str | None:
+    """A ``ratings.dat`` or ``u.data`` line: four fields, integers but the rating."""
+    return (field_count(fields, NAMES) or int_field("userId", fields[0])
+            or int_field("movieId", fields[1])
+            or number_field("rating", fields[2], MIN_RATING, MAX_RATING)
+            or int_field("timestamp", fields[3]))
+
+
+# pyarrow's delimiter is one character: "a::b" is read as "a", "", "b" (see CsvLayout).
+_DAT = CsvLayout(names=("userId", "_1", "movieId", "_2", "rating", "_3", "timestamp"),
+                 types={**_TYPES, "_1": pa.null(), "_2": pa.null(), "_3": pa.null()},
+                 check=_check_fixed, delimiter=":", separator="::", header=False)
+_U_DATA = CsvLayout(names=NAMES, types=_TYPES, check=_check_fixed, delimiter="\t",
+                    header=False)
+
+
+def probe_ratings(label: str, first: bytes) -> None:
+    """Refuse a ratings file whose first line (read up to 64 KiB) cannot start its layout.
+
+    ``vaecf download`` calls this, so a file that is no MovieLens ratings file of its
+    layout fails there; ``read_ratings`` checks every line later.
+    """
+    if ratings_layout(label) == "ratings.csv":
+        parse_header(label, first)
+        return
+    if not first:
+        raise VaecfError(f"{label}: file is empty")
+    try:
+        text = first.decode("utf-8-sig").rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise VaecfError(f"{label}: line 1: bytes are not UTF-8") from None
+    layout = _DAT if ratings_layout(label) == "ratings.dat" else _U_DATA
+    problem = layout.check(layout.split(text))
+    if problem:
+        raise VaecfError(f"{label}: line 1: {problem}")
+
+
+def read_ratings(file: DataFile) -> RawInteractions:
+    """Read one MovieLens ratings file in the layout its name says (errors name the line)."""
+    name = ratings_layout(file.label)
+    layout = _DAT if name == "ratings.dat" else _U_DATA if name == "u.data" else (
+        _csv_layout(read_header(file)))
     table = read_checked(file, layout)
     if has_nulls(table, list(REQUIRED)):
         raise locate_error(file, layout, "empty values")

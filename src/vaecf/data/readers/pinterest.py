@@ -13,7 +13,7 @@ from pathlib import PurePosixPath
 import numpy as np
 import pyarrow as pa
 
-from vaecf.data.readers.archive import DataFile
+from vaecf.data.readers.archive import DataFile, member_path
 from vaecf.data.readers.table import (
     CsvLayout,
     RawInteractions,
@@ -26,11 +26,31 @@ from vaecf.data.readers.table import (
 )
 from vaecf.errors import VaecfError
 
-_DATA_FILE = re.compile(r"pinterest-\d+\.(train|test)\.rating")
+_DATA_FILE = re.compile(r"(pinterest-\d+)\.(train|test)\.rating")
 
 
 def is_pinterest_file(path: str) -> bool:
     return _DATA_FILE.fullmatch(PurePosixPath(path).name) is not None
+
+
+def missing_pinterest_file(labels: list[str]) -> str | None:
+    """What is missing when a train file comes without its test file or the other way round.
+
+    Either file alone is not the dataset: the test file alone holds one pin per board (every
+    board would be filtered out, and the message would blame the thresholds), the train
+    file alone lacks every board's held-out pin.
+    """
+    found: dict[str, set[str]] = {}
+    for label in labels:
+        match = _DATA_FILE.fullmatch(PurePosixPath(member_path(label)).name)
+        if match:
+            found.setdefault(match.group(1), set()).add(match.group(2))
+    for prefix, parts in sorted(found.items()):
+        missing = sorted({"train", "test"} - parts)
+        if missing:
+            return (f"{prefix}.{missing[0]}.rating is missing (found {', '.join(labels)}); "
+                    f"pinterest needs both {prefix}.train.rating and {prefix}.test.rating")
+    return None
 
 
 def _layout(file: DataFile) -> CsvLayout:

@@ -21,7 +21,10 @@ from vaecf.data.readers.archive import DataFile
 from vaecf.errors import VaecfError
 
 LineCheck = Callable[[list[str]], str | None]
+# pyarrow parses in blocks and fails on a line longer than about two of them ("straddling
+# object"); locate_error calls any line longer than one block an error, naming it.
 _BLOCK_SIZE = 16 << 20
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,10 @@ class CsvLayout:
     Attributes:
       names: every column in file order.
       types: pyarrow types of the columns kept (the others are checked, not converted).
-      delimiter: field separator (no quoting: none of these datasets quotes).
+      delimiter: field separator (no quoting: none of these datasets quotes); pyarrow takes
+        one character, so ``::`` (MovieLens' ``ratings.dat``) is read as ``:`` with empty
+        columns between the fields, typed ``pa.null()`` so that anything in them is an error.
+      separator: the separator ``check`` sees lines split by (``::``); default ``delimiter``.
       header: the first line is a header and is skipped.
       check: returns what is wrong with a line's fields (naming the column), or None.
       skip_empty_lines: blank lines are ignored (Netflix' reader needs exact line numbers).
@@ -63,6 +69,11 @@ class CsvLayout:
     delimiter: str = ","
     header: bool = True
     skip_empty_lines: bool = True
+    separator: str = ""
+
+    def split(self, line: str) -> list[str]:
+        """A line's fields, as ``check`` takes them."""
+        return line.split(self.separator or self.delimiter)
 
 
 def read_checked(file: DataFile, layout: CsvLayout, use_threads: bool = True,
@@ -75,8 +86,9 @@ def read_checked(file: DataFile, layout: CsvLayout, use_threads: bool = True,
     parse = pacsv.ParseOptions(delimiter=layout.delimiter, quote_char=False,
                                ignore_empty_lines=layout.skip_empty_lines,
                                invalid_row_handler=invalid_row_handler)
+    # Only an empty field is null: "NA" or "null" in an id column is an error, not a gap.
     convert = pacsv.ConvertOptions(column_types=layout.types, include_columns=list(layout.types),
-                                   strings_can_be_null=False)
+                                   strings_can_be_null=False, null_values=[""])
     try:
         table = pacsv.read_csv(file.path, read_options=options, parse_options=parse,
                                convert_options=convert)
@@ -90,16 +102,22 @@ def read_checked(file: DataFile, layout: CsvLayout, use_threads: bool = True,
 def locate_error(file: DataFile, layout: CsvLayout, reason: str) -> VaecfError:
     """Re-read ``file`` line by line and describe its first bad line (slow; errors only)."""
     with open(file.path, "rb") as handle:
-        for number, raw in enumerate(handle, 1):
+        number = 0
+        while raw := handle.readline(_BLOCK_SIZE + 1):
+            number += 1
+            if len(raw) > _BLOCK_SIZE:
+                return VaecfError(f"{file.label}: line {number}: longer than "
+                                  f"{_BLOCK_SIZE >> 20} MiB (missing line breaks?)")
             try:
-                text = raw.decode("utf-8")
+                # utf-8-sig drops a byte-order mark, which pyarrow skips too.
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as err:
                 return VaecfError(f"{file.label}: line {number}: bytes are not UTF-8 "
                                   f"(byte {err.start + 1} of the line)")
             text = text.rstrip("\r\n")
             if (layout.header and number == 1) or (not text and layout.skip_empty_lines):
                 continue
-            problem = layout.check(text.split(layout.delimiter))
+            problem = layout.check(layout.split(text))
             if problem:
                 cut = "" if raw.endswith(b"\n") else " (last line cut short: truncated file?)"
                 return VaecfError(f"{file.label}: line {number}: {problem}{cut}")
@@ -113,8 +131,18 @@ def field_count(fields: list[str], names: tuple[str, ...]) -> str | None:
 
 
 def int_field(name: str, raw: str) -> str | None:
+    """An ASCII integer that fits in 64 bits (the type pyarrow reads ids into)."""
     digits = raw[1:] if raw.startswith("-") else raw
-    return None if digits.isdigit() else f"column '{name}': '{raw}' is not an integer"
+    if not (digits.isascii() and digits.isdigit()):
+        return f"column '{name}': '{_shown(raw)}' is not an integer"
+    if len(digits) > 19 or not _INT64[0] <= int(raw) <= _INT64[1]:
+        return f"column '{name}': '{_shown(raw)}' does not fit in a 64-bit integer"
+    return None
+
+
+def _shown(raw: str) -> str:
+    """A field as an error message quotes it: at most 40 characters."""
+    return raw if len(raw) <= 40 else f"{raw[:40]}... ({len(raw):,} characters)"
 
 
 def number_field(name: str, raw: str, low: float, high: float) -> str | None:
@@ -122,9 +150,9 @@ def number_field(name: str, raw: str, low: float, high: float) -> str | None:
     try:
         value = float(raw)
     except ValueError:
-        return f"column '{name}': '{raw}' is not a number"
+        return f"column '{name}': '{_shown(raw)}' is not a number"
     if not low <= value <= high:  # also rejects NaN
-        return f"column '{name}': '{raw}' is not in {low:g}..{high:g}"
+        return f"column '{name}': '{_shown(raw)}' is not in {low:g}..{high:g}"
     return None
 
 
