@@ -49,11 +49,14 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
 
     @dsl.pipeline(name="vaecf", description="Mult-VAE collaborative filtering: data, "
                   "Horovod training as an MPIJob, GPU evaluation and a benchmark report.")
+    # Every parameter is a string: `kfp run submit key=value` sends strings, and the backend
+    # refuses a string for an integer parameter (kubeflow/pipelines#11607). The stage CLIs
+    # parse and check the numbers (`--epochs 1OO` fails that step with one line).
     def vaecf(dataset: str = "synthetic",
               source: Optional[str] = None,  # noqa: UP045 (kfp needs typing.Optional)
-              protocol: str = "mission", seed: int = 98765, epochs: int = 50,
-              batch_size: int = 500, precision: str = "mixed_float16", workers: int = 2,
-              gpus_per_worker: int = 1, s3_bucket: str = "vaecf", s3_prefix: str = "runs",
+              protocol: str = "mission", seed: str = "98765", epochs: str = "50",
+              batch_size: str = "500", precision: str = "mixed_float16", workers: str = "2",
+              gpus_per_worker: str = "1", s3_bucket: str = "vaecf", s3_prefix: str = "runs",
               s3_secret: str = "vaecf-s3", train_image: str = images.train) -> None:
         fetched = download(dataset=dataset, source=source, seed=seed)
         fetched.set_container_image(images.data)

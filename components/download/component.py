@@ -12,7 +12,7 @@ from components.images import DEFAULT
 def download(
     dataset: str,
     raw: Output[Dataset],
-    seed: int = 98765,
+    seed: str = "98765",
     source: Optional[str] = None,  # noqa: UP045 (kfp needs typing.Optional)
 ) -> dsl.ContainerSpec:
     """Fetch and verify a dataset's raw files (or generate ``synthetic``).
@@ -20,7 +20,7 @@ def download(
     Args:
       dataset: ml-100k ... ml-latest-small, movielens, netflix, lastfm, pinterest, synthetic.
       raw: the raw archive(s) and ``download_manifest.json``.
-      seed: seed of the synthetic generator.
+      seed: seed of the synthetic generator, an integer as text (`vaecf download` parses it).
       source: https://, s3:// or file:// URI instead of the public URL (omitted if unset).
     """
     return dsl.ContainerSpec(

@@ -7,14 +7,14 @@ from components.images import DEFAULT
 
 
 @dsl.container_component
-def split(interactions: Input[Dataset], split: Output[Dataset], seed: int = 98765,
+def split(interactions: Input[Dataset], split: Output[Dataset], seed: str = "98765",
           protocol: str = "mission") -> dsl.ContainerSpec:
     """Users into train/val/test, held-out users' items into fold_in/holdout.
 
     Args:
       interactions: output of ``preprocess``.
       split: the split directory (CSR matrices, Parquet, indexes, ``dataset_manifest.json``).
-      seed: the split's only randomness.
+      seed: the split's only randomness, an integer as text (`vaecf split` parses it).
       protocol: ``mission`` (fractions) or ``paper`` (fixed held-out user counts).
     """
     return dsl.ContainerSpec(

@@ -12,9 +12,9 @@ from components.images import DEFAULT
 
 @dsl.container_component
 def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image: str,
-          s3_bucket: str, s3_prefix: str, workers: int = 2, gpus_per_worker: int = 1,
-          epochs: int = 100, batch_size: int = 500, precision: str = "mixed_float16",
-          seed: int = 98765, s3_secret: str = "vaecf-s3",
+          s3_bucket: str, s3_prefix: str, workers: str = "2", gpus_per_worker: str = "1",
+          epochs: str = "100", batch_size: str = "500", precision: str = "mixed_float16",
+          seed: str = "98765", s3_secret: str = "vaecf-s3",
           timeout_seconds: int = 172800) -> dsl.ContainerSpec:
     """Train Mult-VAE on ``workers`` x ``gpus_per_worker`` GPUs and publish the model.
 
@@ -28,6 +28,8 @@ def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image:
       s3_prefix: key prefix inside ``s3_bucket``.
       s3_secret: Secret with the S3 credentials, passed to the MPIJob by reference.
       batch_size: global batch (split across all ranks).
+      workers, gpus_per_worker, epochs, batch_size, seed: decimal integers as text, so that
+        `kfp run submit key=value` can set them; `vaecf launch-mpijob` parses and checks them.
       timeout_seconds: the job is deleted and the step fails after this long.
     """
     return dsl.ContainerSpec(

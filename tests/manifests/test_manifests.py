@@ -4,6 +4,8 @@ validate against Kubernetes' own schemas (offline), and the security policy hold
 from __future__ import annotations
 
 import copy
+import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from vaecf.k8s import render
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
-CRD = ROOT.parent / "shared" / "schemas" / "mpijob-crd-v2beta1.yaml"
+CRD = Path(__file__).with_name("schemas") / "mpijob-crd-v2beta1.yaml"  # provenance: its README
 K8S_VERSION = "1.30.0"
 ROLES = ("Launcher", "Worker")
 
@@ -103,6 +105,16 @@ def test_mpijob_validates_against_the_crd(name) -> None:
         kubernetes_validate.validate({"apiVersion": "v1", "kind": "PodTemplate",
                                       "metadata": {"name": role.lower()},
                                       "template": template}, K8S_VERSION, strict=True)
+
+
+def test_the_crd_copy_is_the_one_its_provenance_names() -> None:
+    provenance = (CRD.parent / "README.md").read_text()
+    (recorded,) = re.findall(r"SHA-256: ([0-9a-f]{64})", provenance)
+    assert hashlib.sha256(CRD.read_bytes()).hexdigest() == recorded
+    (version,) = set(re.findall(r"Version: mpi-operator (v[\d.]+)", provenance))
+    assert f"/{version}/manifests/base/kubeflow.org_mpijobs.yaml" in provenance
+    assert "Apache License" in (CRD.parent / "LICENSE").read_text()
+    assert f"mpi-operator {version}" in (ROOT / "README.md").read_text()  # says what it matches
 
 
 def test_the_crd_check_rejects_a_broken_job() -> None:

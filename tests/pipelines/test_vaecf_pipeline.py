@@ -141,6 +141,28 @@ def test_every_flag_parses_with_the_real_cli(compiled, task) -> None:
                                                          "/kfp/evaluation")
 
 
+@pytest.mark.parametrize("task, name", [("download", "seed"), ("split", "seed"),
+                                        ("train", "seed"), ("train", "epochs"),
+                                        ("train", "batch_size"), ("train", "workers"),
+                                        ("train", "gpus_per_worker")])
+def test_a_number_parameter_given_as_text_is_checked_by_the_stage(compiled, task, name,
+                                                                  capsys) -> None:
+    # Pipeline parameters are strings (`kfp run submit` sends strings): the stage CLI parses
+    # them, and a value that is not a number stops that step with a line naming the flag.
+    _, spec, _ = compiled
+    root = spec["root"]["inputDefinitions"]["parameters"]
+    assert root[name]["parameterType"] == "STRING"
+    stage = container(spec, task)["command"][1]
+    flag = "--" + name.replace("_", "-")
+    assert getattr(build_parser(stage).parse_args(command_line(spec, task, **{name: "64"})),
+                   name) == 64
+    with pytest.raises(SystemExit) as exit_:
+        build_parser(stage).parse_args(command_line(spec, task, **{name: "1OO"}))
+    assert exit_.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == f"vaecf {stage}: error: argument {flag}: invalid int value: '1OO'"
+
+
 def test_report_flags_parse_with_both_real_parsers(compiled) -> None:
     _, spec, _ = compiled
     args = kfp_report.build_parser().parse_args(command_line(spec, "report"))
