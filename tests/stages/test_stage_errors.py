@@ -1,7 +1,7 @@
 """One convention for every stage: a wrong command line is one line on stderr, exit 1.
 
-The flags are checked before any input is read, so these cases need no data; the paths
-they name are never created.
+The flags are checked before any input is read, so these cases need no data; the relative
+paths they name (inside a fresh working directory) are never created.
 """
 
 from __future__ import annotations
@@ -12,6 +12,11 @@ import pytest
 
 from vaecf.cli import STAGES
 from vaecf.stages import MAX_SEED
+
+
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
 
 
 def one_line(stage: str, result: tuple[int, str, str], *expected: str) -> None:
