@@ -62,6 +62,7 @@ def test_output_matches_the_contract(trained) -> None:
     assert record["step"] == -(-train_users // 100) and record["world_size"] == 1
     manifest = json.loads((output / "train_manifest.json").read_text())
     assert manifest["n_items"] == manifest["split_n_items"] == n_items
+    assert manifest["split_digest"] == load_split(split).digest
     assert manifest["best_epoch"] in range(1, 13)
     assert (output.parent / "model-checkpoints" / "epoch-000012" / "meta.json").is_file()
 
@@ -151,6 +152,30 @@ def test_wrong_expected_world_size_fails_before_writing(synthetic_split, tmp_pat
     assert code == 1
     assert err.strip() == ("vaecf train: error: --expect-world-size 2: this job has 1 "
                            "process(es) (launch with horovodrun -np 2 or fix the flag)")
+    assert not (tmp_path / "model").exists() and not (tmp_path / "model-checkpoints").exists()
+
+
+def test_checkpoint_dir_that_cannot_be_created_fails_before_training(
+        synthetic_split, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "file").write_text("not a directory")
+    code, out, err = cli("train", "--split", synthetic_split(n_users=600, n_items=300, seed=0),
+                         "--output", tmp_path / "model", "--checkpoint-dir",
+                         tmp_path / "file" / "ckpt", *SMALL)
+    assert code == 1 and "training on" not in out  # refused before training started
+    assert err == (f"vaecf train: error: --checkpoint-dir {tmp_path / 'file' / 'ckpt'}: "
+                   f"{tmp_path / 'file'} is not a directory\n")
+    assert not (tmp_path / "model").exists()
+
+
+def test_batch_larger_than_the_training_users_is_refused(synthetic_split, tmp_path: Path,
+                                                        cli) -> None:  # type: ignore[no-untyped-def]
+    split = synthetic_split(n_users=600, n_items=300, seed=0)
+    users = load_split(split).train.shape[0]
+    code, _, err = cli("train", "--split", split, "--output", tmp_path / "model",
+                       *SMALL, "--batch-size", "3000000000")
+    assert code == 1
+    assert err == (f"vaecf train: error: --batch-size 3000000000: larger than the {users:,} "
+                   f"training users of {split} (use at most {users})\n")
     assert not (tmp_path / "model").exists() and not (tmp_path / "model-checkpoints").exists()
 
 
