@@ -111,6 +111,30 @@ def test_resume_after_stopping_equals_uninterrupted(synthetic_split, tmp_path: P
         np.testing.assert_array_equal(end[0][key], end[1][key], err_msg=key)
 
 
+TIMING_FIELDS = {"epoch_seconds", "users_per_second", "input_seconds", "input_share"}
+
+
+def test_rerun_differs_only_in_the_timing_fields_readme_names(synthetic_split,
+                                                              tmp_path: Path) -> None:
+    """Two runs as a user reruns the stage: separate processes (within one process,
+    TensorFlow numbers the traced functions anew and the SavedModel's bytes differ)."""
+    split = synthetic_split(n_users=600, n_items=300, seed=0)
+    for name in ("a", "b"):
+        subprocess.run([sys.executable, "-m", "vaecf.cli", "train", "--split", str(split),
+                        "--output", str(tmp_path / name), *SMALL, "--epochs", "2"],
+                       check=True, capture_output=True, timeout=300)
+    logs = [read_log(tmp_path / name) for name in ("a", "b")]
+    for ours, theirs in zip(*logs, strict=True):
+        assert set(ours) == set(theirs)
+        assert {k for k in ours if ours[k] != theirs[k]} <= TIMING_FIELDS
+    files = [json.loads((tmp_path / name / "train_manifest.json").read_text())["files"]
+             for name in ("a", "b")]
+    assert {k for k in files[0] if files[0][k] != files[1][k]} <= {"train_log.jsonl"}
+    assert any(k.startswith("saved_model/") for k in files[0])
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert all(f"`{field}`" in readme for field in TIMING_FIELDS)
+
+
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(
         synthetic_split, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """NaN injection: a learning rate of 1e38 makes Adam's first update push the weights to
