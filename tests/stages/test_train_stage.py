@@ -203,6 +203,43 @@ def test_batch_larger_than_the_training_users_is_refused(synthetic_split, tmp_pa
     assert not (tmp_path / "model").exists() and not (tmp_path / "model-checkpoints").exists()
 
 
+def resplit(split: Path, output: Path, seed: int) -> Path:
+    """The same interactions as ``split``, split again with another seed."""
+    import pandas as pd
+
+    from vaecf.data.split import SplitConfig, split_interactions, write_split
+
+    users = pd.read_parquet(split / "user_index.parquet").set_index("user_idx")["user_id"]
+    items = pd.read_parquet(split / "item_index.parquet").set_index("item_idx")["item_id"]
+    pairs = pd.concat([pd.read_parquet(split / f"{name}.parquet")
+                       for name in ("train", "val_fold_in", "val_holdout", "test_fold_in",
+                                    "test_holdout")])
+    frame = pd.DataFrame({"user_id": users.loc[pairs["user_idx"]].to_numpy(),
+                          "item_id": items.loc[pairs["item_idx"]].to_numpy()})
+    output.mkdir()
+    write_split(split_interactions(frame, SplitConfig(seed=seed)), output, inputs={},
+                parameters={}, started=0.0)
+    return output
+
+
+def test_checkpoint_of_another_split_is_not_resumed(synthetic_split, tmp_path: Path,
+                                                    cli) -> None:  # type: ignore[no-untyped-def]
+    ours = synthetic_split(n_users=600, n_items=300, seed=0)
+    other = resplit(ours, tmp_path / "other", seed=7)
+    assert load_split(other).n_items == load_split(ours).n_items  # only the digest tells
+    checkpoints = tmp_path / "ours-checkpoints"
+    assert train(ours, tmp_path / "ours", "--epochs", "1") == 0
+    code, _, err = cli("train", "--split", other, "--output", tmp_path / "model", *SMALL,
+                       "--epochs", "2", "--checkpoint-dir", checkpoints)
+    assert code == 1
+    assert err == (f"vaecf train: error: {checkpoints}/epoch-000001: written for another split "
+                   f"(split digest {load_split(ours).digest[:12]}, this split's "
+                   f"{load_split(other).digest[:12]}; use another --checkpoint-dir to start "
+                   "afresh)\n")
+    assert not (tmp_path / "model").exists()
+    assert [p.name for p in checkpoints.iterdir()] == ["epoch-000001"]
+
+
 def test_split_and_outputs_on_s3(synthetic_split, s3_bucket: str) -> None:
     from vaecf.io import storage
 

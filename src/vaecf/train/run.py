@@ -40,7 +40,8 @@ def train(config: TrainConfig) -> None:
             log.info(f"training on {split.train.shape[0]:,} users x {split.n_items:,} items, "
                      f"world size {runtime.size}, {config.precision}, "
                      f"batch {config.batch_size}")
-            trainer = Trainer(config, runtime, split.train, split.heldout("val"))
+            trainer = Trainer(config, runtime, split.train, split.heldout("val"),
+                              split_digest=split.digest)
             trainer.restore()
             trainer.fit()
             digests = dist.gather_object(trainer.weights_digest(), runtime)
