@@ -37,20 +37,20 @@ def build_parser(stage: str) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
+    if argv and argv[0] in ("-h", "--help"):
         print("usage: vaecf <stage> [--help] ...\n\nstages:")
         for name, summary in STAGES.items():
             print(f"  {name:<14} {summary}")
-        return 0 if argv else 2
-    if argv[0] == "--version":
+        return 0
+    if argv and argv[0] == "--version":
         import vaecf
 
         print(vaecf.__version__)
         return 0
-    if argv[0] not in STAGES:
-        print(f"vaecf: error: unknown stage '{argv[0]}' (one of: {', '.join(STAGES)})",
-              file=sys.stderr)
-        return 2
+    if not argv or argv[0] not in STAGES:  # the stages' convention: one line, exit 1
+        given = f"unknown stage '{argv[0]}'" if argv else "no stage given"
+        print(f"vaecf: error: {given} (one of: {', '.join(STAGES)})", file=sys.stderr)
+        return 1
     module = importlib.import_module(stage_module(argv[0]))
     code: int = module.main(argv[1:])
     return code

@@ -27,6 +27,12 @@ def info(message: str) -> None:
         print(message, flush=True)
 
 
+def warning(message: str) -> None:
+    """Print one line on stderr, flushed (something the user should know; the stage goes on)."""
+    if not _quiet:
+        print(message, file=sys.stderr, flush=True)
+
+
 class Progress:
     """Progress of a long task of known (or unknown) size.
 

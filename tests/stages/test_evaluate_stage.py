@@ -78,8 +78,10 @@ def test_rerun_is_identical_and_top_k_skips_fold_in(synthetic_split, cli, tmp_pa
     np.testing.assert_array_equal(top["user_id"], users.loc[top["user_idx"]].to_numpy())
 
 
-def export_model(directory: Path, weights: np.ndarray, n_items_in_manifest: int) -> Path:
-    """A tiny SavedModel with the trainer's ``score`` signature: scores = x_u @ weights."""
+def export_model(directory: Path, weights: np.ndarray, n_items_in_manifest: int,
+                 split_digest: str) -> Path:
+    """A tiny SavedModel with the trainer's ``score`` signature: scores = x_u @ weights,
+    recorded as trained on the split ``split_digest``."""
     import tensorflow as tf
 
     n_items = weights.shape[0]
@@ -103,7 +105,8 @@ def export_model(directory: Path, weights: np.ndarray, n_items_in_manifest: int)
     tf.saved_model.save(model, str(directory / "saved_model"), signatures={"score": model.score})
     write_manifest(directory, "train", inputs={}, parameters={}, counts={},
                    started=time.monotonic(),
-                   extra={"n_items": n_items_in_manifest, "best_epoch": 1})
+                   extra={"n_items": n_items_in_manifest, "best_epoch": 1,
+                          "split_digest": split_digest})
     return directory
 
 
@@ -115,7 +118,7 @@ def test_saved_model_is_scored_through_its_score_signature(synthetic_split, cli,
     binary = sp.csr_matrix(split.train, dtype=np.float32)
     weights = (binary.T @ binary).toarray().astype(np.float32)
     np.fill_diagonal(weights, 0.0)
-    model = export_model(tmp_path / "model", weights, split.n_items)
+    model = export_model(tmp_path / "model", weights, split.n_items, split.digest)
     metrics = run_ok(cli, "--split", split_dir, "--model", model, "--output", tmp_path / "out")
     fold_in, holdout = split.heldout("test")
     expected = evaluate(lambda rows: np.asarray(rows @ weights), fold_in, holdout,
@@ -135,11 +138,43 @@ def one_line_error(cli, output: Path, *argv: object) -> str:  # type: ignore[no-
 def test_model_trained_on_other_items_is_refused(synthetic_split, cli, tmp_path: Path
                                                  ) -> None:  # type: ignore[no-untyped-def]
     split_dir = synthetic_split()
-    n_items = load_split(split_dir).n_items
+    split = load_split(split_dir)
+    n_items = split.n_items
     model = export_model(tmp_path / "model", np.zeros((n_items, n_items), np.float32),
-                         n_items + 1)
+                         n_items + 1, split.digest)
     err = one_line_error(cli, tmp_path / "out", "--split", split_dir, "--model", model)
     assert f"trained on {n_items + 1} items but the split has {n_items}" in err
+
+
+def test_model_trained_on_another_split_is_refused(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Split seeds 7 and 98765 of the same data: same items, other training users (some of
+    the model's training users are the other split's test users)."""
+    for argv in (["download", "--dataset", "synthetic", "--synthetic-users", "600",
+                  "--synthetic-items", "100", "--output", tmp_path / "raw"],
+                 ["preprocess", "--input", tmp_path / "raw", "--output", tmp_path / "inter"],
+                 *(["split", "--input", tmp_path / "inter", "--output", tmp_path / f"s{seed}",
+                    "--seed", seed] for seed in (7, 98765))):
+        assert cli(*argv)[0] == 0
+    ours, other = load_split(tmp_path / "s7"), load_split(tmp_path / "s98765")
+    assert ours.n_items == other.n_items and ours.digest != other.digest
+    model = export_model(tmp_path / "model", np.eye(ours.n_items, dtype=np.float32),
+                         ours.n_items, ours.digest)
+    run_ok(cli, "--split", tmp_path / "s7", "--model", model, "--output", tmp_path / "ok")
+    err = one_line_error(cli, tmp_path / "out", "--split", tmp_path / "s98765", "--model", model)
+    assert (f"{model}: the model was trained on another split (split digest "
+            f"{ours.digest[:12]}, this split's {other.digest[:12]})") in err
+
+
+def test_split_manifest_must_list_the_files_read(synthetic_split, cli, tmp_path: Path
+                                                 ) -> None:  # type: ignore[no-untyped-def]
+    split = tmp_path / "split"
+    shutil.copytree(synthetic_split(), split)
+    manifest = json.loads((split / "dataset_manifest.json").read_text())
+    del manifest["files"]["item_index.parquet"]
+    (split / "dataset_manifest.json").write_text(json.dumps(manifest))
+    (split / "item_index.parquet").unlink()
+    err = one_line_error(cli, tmp_path / "out", "--split", split, "--model", "popularity")
+    assert f"{split / 'item_index.parquet'}: not listed in dataset_manifest.json" in err
 
 
 @pytest.mark.parametrize(("flags", "message"), [
@@ -156,7 +191,8 @@ def test_bad_flags(synthetic_split, cli, tmp_path: Path, flags: list[str], messa
 
 
 @pytest.mark.parametrize(("damage", "message"), [
-    ("dataset_manifest.json", "manifest missing"),
+    ("dataset_manifest.json", "manifest missing (is "),
+    ("dataset_manifest.json", "the output of 'vaecf split'?)"),
     ("test_holdout.npz", "SHA-256 does not match"),
 ])
 def test_bad_split(synthetic_split, cli, tmp_path: Path, damage: str, message: str

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from vaecf.cli import main
+from vaecf.io import sha256_file
+from vaecf.stages.recommend import read_pairs
 
 
 @pytest.fixture(scope="module")
@@ -53,12 +57,65 @@ def test_parquet_and_csv_give_top_k_without_own_items(model: Path, tmp_path: Pat
 def test_unknown_item_is_counted_and_user_still_served(model: Path, tmp_path: Path,
                                                        cli) -> None:
     pd.DataFrame({"user_id": [7], "item_id": ["nope"]}).to_csv(tmp_path / "in.csv", index=False)
-    code, out, _ = cli("recommend", "--model", model, "--input", tmp_path / "in.csv",
-                       "--output", tmp_path / "out", "--top-k", "3")
+    code, out, err = cli("recommend", "--model", model, "--input", tmp_path / "in.csv",
+                         "--output", tmp_path / "out", "--top-k", "3")
     assert code == 0
     assert "3 recommendations for 1 users" in out and "1 pairs with an unknown item" in out
+    assert err == ("vaecf recommend: warning: 1 of 1 pairs name an item the model was not "
+                   "trained on; ignored\n")
     manifest = pd.read_json(tmp_path / "out" / "recommend_manifest.json", typ="series")
     assert manifest["counts"]["unknown_item_pairs"] == 1
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_ids_written_as_floats_are_the_integer_ids(model: Path, tmp_path: Path, cli,
+                                                   suffix: str) -> None:
+    items = item_ids(model)
+    assert items.dtype.kind == "i"  # the synthetic dataset's raw ids are integers
+    pairs = pd.DataFrame({"user_id": [1, 1], "item_id": items[:2].astype(np.float64)})
+    path = tmp_path / f"in{suffix}"
+    pairs.to_csv(path, index=False) if suffix == ".csv" else pairs.to_parquet(path)
+    assert read_pairs(path)["item_id"].dtype == np.float64  # read back as 4.0, not 4
+    code, out, err = cli("recommend", "--model", model, "--input", path,
+                         "--output", tmp_path / "out", "--top-k", str(items.size - 2))
+    assert (code, err) == (0, ""), err
+    result = pd.read_parquet(tmp_path / "out" / "recommendations.parquet")
+    assert sorted(result["item_id"]) == sorted(items[2:])  # every item but the user's own
+    assert "(0 pairs with an unknown item ignored)" in out
+
+
+def test_top_k_above_the_model_items_is_refused(model: Path, tmp_path: Path, cli) -> None:
+    n_items = item_ids(model).size
+    pd.DataFrame({"user_id": [1], "item_id": [item_ids(model)[0]]}).to_csv(
+        tmp_path / "in.csv", index=False)
+    code, _, err = cli("recommend", "--model", model, "--input", tmp_path / "in.csv",
+                       "--output", tmp_path / "out", "--top-k", "3000000000")
+    assert code == 1
+    assert err == (f"vaecf recommend: error: --top-k 3000000000: the model scores "
+                   f"{n_items:,} items (use at most {n_items})\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_item_index_that_does_not_match_the_model_is_refused(model: Path, tmp_path: Path,
+                                                             cli) -> None:
+    """An item index of another length (kept consistent with the manifest's checksums)
+    would map raw ids onto the wrong model outputs."""
+    copy = tmp_path / "model"
+    shutil.copytree(model, copy)
+    index = pq.read_table(copy / "item_index.parquet").slice(1)
+    pq.write_table(index, copy / "item_index.parquet")
+    manifest = json.loads((copy / "train_manifest.json").read_text())
+    manifest["files"]["item_index.parquet"]["sha256"] = sha256_file(copy / "item_index.parquet")
+    (copy / "train_manifest.json").write_text(json.dumps(manifest))
+    pd.DataFrame({"user_id": [1], "item_id": [index["item_id"][0].as_py()]}).to_csv(
+        tmp_path / "in.csv", index=False)
+    code, _, err = cli("recommend", "--model", copy, "--input", tmp_path / "in.csv",
+                       "--output", tmp_path / "out")
+    assert code == 1
+    assert err == (f"vaecf recommend: error: {copy / 'item_index.parquet'}: does not list "
+                   f"item_idx 0 .. n_items - 1 in order (train_manifest.json has n_items "
+                   f"{manifest['n_items']})\n")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(("content", "message"), [

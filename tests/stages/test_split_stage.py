@@ -123,7 +123,17 @@ def test_input_manifest_missing_or_not_matching(cli, tmp_path: Path) -> None:  #
                   tmp_path / "out", "preprocess_manifest.json: manifest missing")
 
 
+def test_manifest_listing_no_files_and_missing_parquet(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    source = tmp_path / "in"
+    source.mkdir()
+    write_manifest(source, "preprocess", inputs={}, parameters={}, counts={}, started=0.0)
+    assert_failed(cli("split", "--input", source, "--output", tmp_path / "out"),
+                  tmp_path / "out", f"{source / 'interactions.parquet'}: not listed in "
+                  f"preprocess_manifest.json (is {source} the output of 'vaecf preprocess'?)")
+
+
 @pytest.mark.parametrize(("flags", "expected"), [
+    (["--seed", "-1"], "argument --seed: expected an integer from 0 to"),
     (["--val-fraction", "1.5"], "--val-fraction: must be between 0 and 1"),
     (["--val-fraction", "0.6", "--test-fraction", "0.5"], "--val-fraction + --test-fraction"),
     (["--protocol", "x"], "--protocol: unknown protocol 'x'"),

@@ -62,6 +62,7 @@ def test_output_matches_the_contract(trained) -> None:
     assert record["step"] == -(-train_users // 100) and record["world_size"] == 1
     manifest = json.loads((output / "train_manifest.json").read_text())
     assert manifest["n_items"] == manifest["split_n_items"] == n_items
+    assert manifest["split_digest"] == load_split(split).digest
     assert manifest["best_epoch"] in range(1, 13)
     assert (output.parent / "model-checkpoints" / "epoch-000012" / "meta.json").is_file()
 
@@ -110,6 +111,30 @@ def test_resume_after_stopping_equals_uninterrupted(synthetic_split, tmp_path: P
         np.testing.assert_array_equal(end[0][key], end[1][key], err_msg=key)
 
 
+TIMING_FIELDS = {"epoch_seconds", "users_per_second", "input_seconds", "input_share"}
+
+
+def test_rerun_differs_only_in_the_timing_fields_readme_names(synthetic_split,
+                                                              tmp_path: Path) -> None:
+    """Two runs as a user reruns the stage: separate processes (within one process,
+    TensorFlow numbers the traced functions anew and the SavedModel's bytes differ)."""
+    split = synthetic_split(n_users=600, n_items=300, seed=0)
+    for name in ("a", "b"):
+        subprocess.run([sys.executable, "-m", "vaecf.cli", "train", "--split", str(split),
+                        "--output", str(tmp_path / name), *SMALL, "--epochs", "2"],
+                       check=True, capture_output=True, timeout=300)
+    logs = [read_log(tmp_path / name) for name in ("a", "b")]
+    for ours, theirs in zip(*logs, strict=True):
+        assert set(ours) == set(theirs)
+        assert {k for k in ours if ours[k] != theirs[k]} <= TIMING_FIELDS
+    files = [json.loads((tmp_path / name / "train_manifest.json").read_text())["files"]
+             for name in ("a", "b")]
+    assert {k for k in files[0] if files[0][k] != files[1][k]} <= {"train_log.jsonl"}
+    assert any(k.startswith("saved_model/") for k in files[0])
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert all(f"`{field}`" in readme for field in TIMING_FIELDS)
+
+
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(
         synthetic_split, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """NaN injection: a learning rate of 1e38 makes Adam's first update push the weights to
@@ -152,6 +177,67 @@ def test_wrong_expected_world_size_fails_before_writing(synthetic_split, tmp_pat
     assert err.strip() == ("vaecf train: error: --expect-world-size 2: this job has 1 "
                            "process(es) (launch with horovodrun -np 2 or fix the flag)")
     assert not (tmp_path / "model").exists() and not (tmp_path / "model-checkpoints").exists()
+
+
+def test_checkpoint_dir_that_cannot_be_created_fails_before_training(
+        synthetic_split, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "file").write_text("not a directory")
+    code, out, err = cli("train", "--split", synthetic_split(n_users=600, n_items=300, seed=0),
+                         "--output", tmp_path / "model", "--checkpoint-dir",
+                         tmp_path / "file" / "ckpt", *SMALL)
+    assert code == 1 and "training on" not in out  # refused before training started
+    assert err == (f"vaecf train: error: --checkpoint-dir {tmp_path / 'file' / 'ckpt'}: "
+                   f"{tmp_path / 'file'} is not a directory\n")
+    assert not (tmp_path / "model").exists()
+
+
+def test_batch_larger_than_the_training_users_is_refused(synthetic_split, tmp_path: Path,
+                                                        cli) -> None:  # type: ignore[no-untyped-def]
+    split = synthetic_split(n_users=600, n_items=300, seed=0)
+    users = load_split(split).train.shape[0]
+    code, _, err = cli("train", "--split", split, "--output", tmp_path / "model",
+                       *SMALL, "--batch-size", "3000000000")
+    assert code == 1
+    assert err == (f"vaecf train: error: --batch-size 3000000000: larger than the {users:,} "
+                   f"training users of {split} (use at most {users})\n")
+    assert not (tmp_path / "model").exists() and not (tmp_path / "model-checkpoints").exists()
+
+
+def resplit(split: Path, output: Path, seed: int) -> Path:
+    """The same interactions as ``split``, split again with another seed."""
+    import pandas as pd
+
+    from vaecf.data.split import SplitConfig, split_interactions, write_split
+
+    users = pd.read_parquet(split / "user_index.parquet").set_index("user_idx")["user_id"]
+    items = pd.read_parquet(split / "item_index.parquet").set_index("item_idx")["item_id"]
+    pairs = pd.concat([pd.read_parquet(split / f"{name}.parquet")
+                       for name in ("train", "val_fold_in", "val_holdout", "test_fold_in",
+                                    "test_holdout")])
+    frame = pd.DataFrame({"user_id": users.loc[pairs["user_idx"]].to_numpy(),
+                          "item_id": items.loc[pairs["item_idx"]].to_numpy()})
+    output.mkdir()
+    write_split(split_interactions(frame, SplitConfig(seed=seed)), output, inputs={},
+                parameters={}, started=0.0)
+    return output
+
+
+def test_checkpoint_of_another_split_is_not_resumed(synthetic_split, tmp_path: Path,
+                                                    cli) -> None:  # type: ignore[no-untyped-def]
+    ours = synthetic_split(n_users=600, n_items=300, seed=0)
+    other = resplit(ours, tmp_path / "other", seed=7)
+    assert load_split(other).n_items == load_split(ours).n_items  # only the digest tells
+    checkpoints = tmp_path / "ours-checkpoints"
+    assert train(ours, tmp_path / "ours", "--epochs", "1") == 0
+    code, _, err = cli("train", "--split", other, "--output", tmp_path / "model", *SMALL,
+                       "--epochs", "2", "--checkpoint-dir", checkpoints)
+    assert code == 1
+    assert err == (f"vaecf train: error: {checkpoints}/epoch-000001: written for another split "
+                   f"(split digest {load_split(ours).digest[:12]}, this split's "
+                   f"{load_split(other).digest[:12]}; use another --checkpoint-dir to start "
+                   "afresh)\n")
+    assert not (tmp_path / "model").exists()
+    assert [p.name for p in checkpoints.iterdir()] == ["epoch-000001"]
 
 
 def test_split_and_outputs_on_s3(synthetic_split, s3_bucket: str) -> None:

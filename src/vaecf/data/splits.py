@@ -18,7 +18,9 @@ data and seed give byte-identical files.
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +93,11 @@ class Split:
     def n_items(self) -> int:
         return int(self.manifest["n_items"])
 
+    @property
+    def digest(self) -> str:
+        """The split's identity (``split_digest``), recorded by ``vaecf train``."""
+        return split_digest(self.manifest)
+
     def heldout(self, subset: str) -> tuple[sp.csr_matrix, sp.csr_matrix]:
         """``(fold_in, holdout)`` of ``subset`` (``val`` or ``test``)."""
         if subset not in HELDOUT_SPLITS:
@@ -100,9 +107,22 @@ class Split:
         return fold_in, holdout
 
 
+def split_digest(manifest: dict[str, Any]) -> str:
+    """SHA-256 of the split's file table (each file's name and SHA-256), hex.
+
+    It names the data, not the run that wrote it: a rerun with the same seed or a copy in
+    object storage has the same digest, another seed or another dataset a different one (the
+    manifest's own bytes would also change with its wall time and paths).
+    """
+    table = {name: entry["sha256"] for name, entry in manifest["files"].items()}
+    return hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()
+
+
 def load_split(directory: Path) -> Split:
     """Load and verify a split directory (manifest present, checksums and shapes consistent)."""
-    manifest = read_manifest(directory, MANIFEST_STAGE)
+    read = [f"{name}.npz" for name in matrix_names()] + ["item_index.parquet",
+                                                         "user_index.parquet"]
+    manifest = read_manifest(directory, MANIFEST_STAGE, required=read)
     try:
         n_items = int(manifest["n_items"])
         n_users = {s: int(manifest["n_users"][s]) for s in SPLITS}

@@ -12,12 +12,15 @@ import json
 import platform
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import vaecf
 from vaecf.errors import VaecfError
 
+# Manifests named after what they describe rather than the stage that writes them.
+_WRITER = {"dataset": "split"}
 _VERSIONED = ("numpy", "pandas", "pyarrow", "scipy", "tensorflow", "keras", "horovod")
 
 
@@ -73,17 +76,27 @@ def write_manifest(directory: Path, stage: str, *, inputs: dict[str, Any],
     return manifest
 
 
-def read_manifest(directory: Path, stage: str) -> dict[str, Any]:
-    """Read and verify ``<stage>_manifest.json``: every listed file exists with its checksum."""
+def read_manifest(directory: Path, stage: str, required: Iterable[str] = ()) -> dict[str, Any]:
+    """Read and verify ``<stage>_manifest.json``: every listed file exists with its checksum.
+
+    Args:
+      required: files the caller reads, which the manifest must list (a manifest listing
+        none of them would otherwise pass, and the read fail with a traceback).
+    """
     path = directory / manifest_name(stage)
+    origin = f"is {directory} the output of 'vaecf {_WRITER.get(stage, stage)}'?"
     if not path.is_file():
-        raise VaecfError(f"{path}: manifest missing (is {directory} the output of "
-                         f"'vaecf {stage}'?)")
+        raise VaecfError(f"{path}: manifest missing ({origin})")
     try:
         manifest: dict[str, Any] = json.loads(path.read_text())
         files = manifest["files"]
+        if not isinstance(files, dict):
+            raise TypeError("'files' is not a mapping")
     except (ValueError, KeyError, TypeError) as err:
         raise VaecfError(f"{path}: manifest is not valid ({err})") from err
+    for rel in required:
+        if rel not in files:
+            raise VaecfError(f"{directory / rel}: not listed in {path.name} ({origin})")
     for rel, entry in files.items():
         file = directory / rel
         if not file.is_file():

@@ -3,7 +3,8 @@
 The model directory is the output of ``vaecf train`` (contracts): ``saved_model/`` with a
 ``score(row_splits, item_idx) -> {"scores": float32 [B, n_items]}`` signature taking the users'
 fold-in items as ragged rows (``row_splits`` int64 [B + 1], ``item_idx`` int64 [nnz]), and
-``train_manifest.json`` with the model's ``n_items``. A CSR chunk is already in that form:
+``train_manifest.json`` with the model's ``n_items`` and the ``split_digest`` of the split it
+was trained on (``vaecf.data.splits.split_digest``). A CSR chunk is already in that form:
 ``indptr`` is the row splits and ``indices`` the item_idx, so no dense input is ever built.
 """
 
@@ -21,14 +22,19 @@ from vaecf.io import read_manifest
 SIGNATURE = "score"
 
 
-def model_items(model_dir: Path) -> int:
-    """The ``n_items`` the model was trained on, from its verified ``train_manifest.json``."""
-    manifest = read_manifest(model_dir, "train")
+def model_identity(model_dir: Path) -> tuple[int, str]:
+    """``(n_items, split_digest)`` of the split the model was trained on, from its verified
+    ``train_manifest.json``."""
+    manifest = read_manifest(model_dir, "train", required=["saved_model/saved_model.pb"])
     value = manifest.get("n_items", manifest.get("counts", {}).get("n_items"))
     if not isinstance(value, int) or isinstance(value, bool):
         raise VaecfError(f"{model_dir}/train_manifest.json: no integer 'n_items' "
                          f"(got {value!r})")
-    return value
+    digest = manifest.get("split_digest")
+    if not isinstance(digest, str):
+        raise VaecfError(f"{model_dir}/train_manifest.json: no 'split_digest' naming the split "
+                         "the model was trained on (retrain it with this version of vaecf)")
+    return value, digest
 
 
 class SavedModelScorer:
@@ -36,14 +42,20 @@ class SavedModelScorer:
 
     Args:
       model_dir: a local ``vaecf train`` output directory.
-      n_items: the split's item count; a model trained on another item count is refused.
+      n_items: the split's item count.
+      split_digest: the split's identity. A model trained on another split is refused: its
+        training users may be this split's test users, which would inflate every metric.
     """
 
-    def __init__(self, model_dir: Path, n_items: int) -> None:
-        trained = model_items(model_dir)
+    def __init__(self, model_dir: Path, n_items: int, split_digest: str) -> None:
+        trained, trained_on = model_identity(model_dir)
         if trained != n_items:
             raise VaecfError(f"{model_dir}: the model was trained on {trained} items but the "
                              f"split has {n_items} (evaluate it on the split it was trained on)")
+        if trained_on != split_digest:
+            raise VaecfError(f"{model_dir}: the model was trained on another split (split "
+                             f"digest {trained_on[:12]}, this split's {split_digest[:12]}); "
+                             "evaluate it on the split it was trained on")
         import tensorflow as tf
 
         path = model_dir / "saved_model"

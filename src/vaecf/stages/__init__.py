@@ -1,16 +1,25 @@
 """Thin CLIs, one per stage: parse flags -> frozen config -> library call -> outputs.
 
 Every stage module defines ``build_parser()`` and ``main(argv) -> int``; ``main`` delegates
-to ``run_stage`` so that every stage reports errors the same way.
+to ``run_stage`` so that every stage reports errors the same way: one line
+``vaecf <stage>: error: <what>`` on stderr and exit status 1, whether the flags or the data
+are wrong (argparse's own errors included, which would otherwise print a usage block and
+exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from vaecf.errors import VaecfError
+
+# Seeds feed numpy's and Keras' global seeding (``np.random.seed`` takes 0 .. 2**32 - 1) and
+# the trainer adds the Horovod rank: 0 .. 2**31 - 1 leaves room for any world size.
+MAX_SEED = 2**31 - 1
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -23,17 +32,47 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are ``VaecfError``: one line, exit 1, like the rest."""
+
+    def error(self, message: str) -> NoReturn:
+        raise VaecfError(f"{message} (see '{self.prog} --help')")
+
+
 def new_parser(stage: str, description: str) -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog=f"vaecf {stage}", description=description,
-                                   formatter_class=_HelpFormatter)
+    return _Parser(prog=f"vaecf {stage}", description=description,
+                   formatter_class=_HelpFormatter)
+
+
+def seed(text: str) -> int:
+    """argparse type of every ``--seed``: an integer in 0 .. ``MAX_SEED``."""
+    value = int(text)
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_SEED}, got {text}")
+    return value
+
+
+def finite_non_negative(text: str) -> float:
+    """argparse type of a weight that may be 0 (``--beta-cap``, ``--l2``): finite, >= 0."""
+    value = float(text)
+    if not (math.isfinite(value) and value >= 0.0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
+def finite_positive(text: str) -> float:
+    """argparse type of a rate (``--learning-rate``): finite and > 0 (nan and inf refused)."""
+    value = float(text)
+    if not (math.isfinite(value) and value > 0.0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+    return value
 
 
 def run_stage(stage: str, parser: argparse.ArgumentParser, argv: list[str] | None,
               body: Callable[[argparse.Namespace], None]) -> int:
     """Parse ``argv`` and run ``body``; a ``VaecfError`` becomes one line on stderr, exit 1."""
-    args = parser.parse_args(argv)
     try:
-        body(args)
+        body(parser.parse_args(argv))
     except VaecfError as err:
         message = str(err).replace("\n", " ")
         print(f"vaecf {stage}: error: {message}", file=sys.stderr, flush=True)

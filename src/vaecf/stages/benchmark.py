@@ -15,7 +15,7 @@ from dataclasses import asdict
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import publish, write_manifest
-from vaecf.stages import new_parser, run_stage
+from vaecf.stages import new_parser, run_stage, seed
 
 STAGE = "benchmark"
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="users of the generated split when no --split is given")
     parser.add_argument("--synthetic-items", type=_positive, default=ML20M_ITEMS,
                         help="items of the generated split when no --split is given")
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--seed", type=seed, default=0,
                         help="seed of the generated split and of every training run")
     return parser
 

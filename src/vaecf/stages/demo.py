@@ -18,7 +18,7 @@ from pathlib import Path
 from vaecf.errors import VaecfError
 from vaecf.io import open_input
 from vaecf.log import info
-from vaecf.stages import new_parser, run_stage
+from vaecf.stages import new_parser, run_stage, seed
 
 STAGE = "demo"
 PRECISIONS = ("auto", "fp32", "mixed_float16", "mixed_bfloat16")
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--precision", choices=PRECISIONS, default="auto",
                         help="auto: mixed_bfloat16 where the CPU has bfloat16 units, else fp32")
     parser.add_argument("--protocol", choices=("mission", "paper"), default="mission")
-    parser.add_argument("--seed", type=int, default=98765)
+    parser.add_argument("--seed", type=seed, default=98765)
     return parser
 
 

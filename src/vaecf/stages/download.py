@@ -11,7 +11,7 @@ from vaecf.data.datasets import DATASETS, get_dataset
 from vaecf.data.download import SyntheticSize, download_dataset, inspect_download
 from vaecf.errors import VaecfError
 from vaecf.io import publish, write_manifest
-from vaecf.stages import new_parser, run_stage
+from vaecf.stages import new_parser, run_stage, seed
 
 STAGE = "download"
 
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
                                          "data files and archives are taken, subfolders "
                                          "too); required for movielens and netflix")
     parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
-    parser.add_argument("--seed", type=int, default=98765, help="seed of the synthetic data")
+    parser.add_argument("--seed", type=seed, default=98765, help="seed of the synthetic data")
     parser.add_argument("--synthetic-users", type=int, default=5000,
                         help="users of the synthetic dataset")
     parser.add_argument("--synthetic-items", type=int, default=2000,

@@ -16,7 +16,7 @@ from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, publish, read_manifest, storage
 from vaecf.k8s import client, mpijob, render
-from vaecf.stages import new_parser, run_stage
+from vaecf.stages import new_parser, run_stage, seed
 
 STAGE = "launch-mpijob"
 SPLIT_STAGE = "dataset"  # the split directory's manifest (vaecf.data.splits.MANIFEST_STAGE)
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=1000, help="global batch")
     parser.add_argument("--precision", choices=render.PRECISIONS, default="mixed_float16")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument("--xla", action="store_true")
     parser.add_argument("--secret-name", default="vaecf-s3",
                         help="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "

@@ -3,8 +3,11 @@
 Reads a ``vaecf train`` output (its SavedModel's ``recommend`` signature and the item index
 it was trained on) and a Parquet or CSV file of ``user_id,item_id`` pairs; writes
 ``recommendations.parquet`` (``user_id``, ``rank`` from 1, ``item_id``, ``score``), users in
-ascending ``user_id`` order, never recommending a user's own items. Items the model does not
-know are ignored (counted in the manifest): a model can only fold in items it was trained on.
+ascending ``user_id`` order, never recommending a user's own items. Ids are matched as text,
+an integral float (``4.0``, as pandas writes ids that went through a float column) as its
+integer.
+Items the model does not know are ignored, counted in the manifest and in a warning line on
+stderr: a model can only fold in items it was trained on.
 """
 
 from __future__ import annotations
@@ -65,14 +68,53 @@ def read_pairs(path: Path) -> pd.DataFrame:
     return frame[list(COLUMNS)]
 
 
-def recommend(model_dir: Path, pairs: pd.DataFrame, top_k: int) -> tuple[pa.Table, int]:
-    """Top-k per user; returns the table and the number of pairs with an unknown item."""
+def model_item_ids(model_dir: Path) -> np.ndarray:
+    """The raw item id of each item_idx the model scores (n_items,), from its verified output.
+
+    The model's ``item_index.parquet`` (its split's, copied by ``vaecf train``) must list
+    item_idx 0 .. n_items - 1 of the model's ``n_items``, each with its own raw id: otherwise
+    raw ids would map to the wrong model outputs.
+    """
+    manifest = read_manifest(model_dir, "train",
+                             required=["item_index.parquet", "saved_model/saved_model.pb"])
+    n_items = manifest.get("n_items")
+    path = model_dir / "item_index.parquet"
+    try:
+        items = pq.read_table(path, columns=["item_idx", "item_id"]).to_pandas()
+    except (OSError, ValueError, KeyError, pa.ArrowException) as err:
+        raise VaecfError(f"{path}: cannot read item_idx, item_id ({err})") from err
+    if not isinstance(n_items, int) or not np.array_equal(items["item_idx"].to_numpy(),
+                                                          np.arange(n_items)):
+        raise VaecfError(f"{path}: does not list item_idx 0 .. n_items - 1 in order "
+                         f"(train_manifest.json has n_items {n_items!r})")
+    duplicated = items["item_id"].duplicated()
+    if duplicated.any():
+        raise VaecfError(f"{path}: item_id {items['item_id'][duplicated].iloc[0]} is listed "
+                         "twice")
+    return items["item_id"].to_numpy()
+
+
+def id_text(ids: pd.Series) -> pd.Series:
+    """Raw ids as the text they are matched by: ``4.0`` as ``4``.
+
+    A CSV column with one non-numeric id is read as strings; ids that went through a float
+    column (pandas writes them ``4.0``) must still match.
+    """
+    return ids.astype(str).str.replace(r"^(-?\d+)\.0*$", r"\1", regex=True)
+
+
+def recommend(model_dir: Path, item_ids: np.ndarray, pairs: pd.DataFrame,
+              top_k: int) -> tuple[pa.Table, int]:
+    """Top-k per user; returns the table and the number of pairs with an unknown item.
+
+    Args:
+      item_ids: (n_items,) raw id of each of the model's item_idx (``model_item_ids``).
+    """
     import tensorflow as tf
 
-    item_ids = pq.read_table(model_dir / "item_index.parquet").column("item_id").to_numpy()
-    # Raw ids are matched as text: a CSV column with one non-numeric id is read as strings.
-    lookup = pd.Series(np.arange(item_ids.size, dtype=np.int64), index=item_ids.astype(str))
-    raw_items = pairs["item_id"].astype(str)
+    lookup = pd.Series(np.arange(item_ids.size, dtype=np.int64), index=id_text(
+        pd.Series(item_ids)))
+    raw_items = id_text(pairs["item_id"])
     known = raw_items.isin(lookup.index).to_numpy()
     users = np.sort(pairs["user_id"].unique())
     user_row = pd.Series(np.arange(users.size), index=users)
@@ -110,8 +152,14 @@ def _body(args: argparse.Namespace) -> None:
         raise VaecfError(f"--top-k {args.top_k}: expected a positive integer")
     pairs = read_pairs(Path(args.input))
     with publish(args.output) as staging, open_input(args.model) as model_dir:
-        read_manifest(model_dir, "train")
-        table, unknown = recommend(model_dir, pairs, args.top_k)
+        item_ids = model_item_ids(model_dir)
+        if args.top_k > item_ids.size:
+            raise VaecfError(f"--top-k {args.top_k}: the model scores {item_ids.size:,} items "
+                             f"(use at most {item_ids.size})")
+        table, unknown = recommend(model_dir, item_ids, pairs, args.top_k)
+        if unknown:
+            log.warning(f"vaecf {STAGE}: warning: {unknown:,} of {len(pairs):,} pairs name an "
+                        "item the model was not trained on; ignored")
         save_parquet(staging / "recommendations.parquet", table)
         write_manifest(staging, STAGE, inputs={"model": args.model, "input": args.input},
                        parameters={"top_k": args.top_k},

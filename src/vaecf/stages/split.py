@@ -12,7 +12,7 @@ from vaecf import log
 from vaecf.data.split import SplitConfig, split_interactions, write_split
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, publish, read_manifest
-from vaecf.stages import new_parser, run_stage
+from vaecf.stages import new_parser, run_stage, seed
 
 STAGE = "split"
 PROTOCOLS = ("mission", "paper")
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "80/20 into fold_in/holdout.")
     parser.add_argument("--input", required=True, help="output of 'vaecf preprocess'")
     parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
-    parser.add_argument("--seed", type=int, default=98765, help="the split's only randomness")
+    parser.add_argument("--seed", type=seed, default=98765, help="the split's only randomness")
     parser.add_argument("--protocol", default="mission",
                         help="mission: fractions; paper: ml-20m 10,000 and netflix 40,000 "
                              "held-out users per split (other datasets: 7%%)")
@@ -75,7 +75,7 @@ def _check_flags(args: argparse.Namespace) -> None:
 def run(input_uri: str, output: str, protocol: str, args: argparse.Namespace) -> None:
     started = time.monotonic()
     with publish(output) as staging, open_input(input_uri) as source:
-        manifest = read_manifest(source, "preprocess")
+        manifest = read_manifest(source, "preprocess", required=["interactions.parquet"])
         dataset = str(manifest.get("dataset", "unknown"))
         config = SplitStageConfig(input_uri, output, protocol, SplitConfig(
             seed=args.seed, val_fraction=args.val_fraction, test_fraction=args.test_fraction,

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
-from vaecf.stages import new_parser, run_stage
+from vaecf.errors import VaecfError
+from vaecf.io import is_s3
+from vaecf.stages import finite_non_negative, finite_positive, new_parser, run_stage, seed
 from vaecf.train.config import PRECISIONS, TrainConfig
 
 STAGE = "train"
@@ -14,6 +18,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
     return value
 
 
@@ -38,15 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("--precision", choices=PRECISIONS, default="fp32",
         help="mixed_float16 uses dynamic loss scaling")
     add("--xla", action="store_true", help="compile the dense part of the step with XLA")
-    add("--learning-rate", type=float, default=1e-3, help="Adam learning rate")
-    add("--beta-cap", type=float, default=0.2, help="largest KL weight")
-    add("--anneal-steps", type=int, default=200_000,
+    add("--learning-rate", type=finite_positive, default=1e-3, help="Adam learning rate")
+    add("--beta-cap", type=finite_non_negative, default=0.2, help="largest KL weight")
+    add("--anneal-steps", type=_non_negative, default=200_000,
         help="steps over which beta grows linearly to the cap (0: the cap from the start)")
     add("--dropout", type=_fraction, default=0.5, help="input dropout rate")
     add("--hidden", type=_positive, default=600, help="hidden layer width")
     add("--latent", type=_positive, default=200, help="latent dimension")
-    add("--l2", type=float, default=0.0, help="L2 penalty on the weights")
-    add("--seed", type=int, default=0)
+    add("--l2", type=finite_non_negative, default=0.0, help="L2 penalty on the weights")
+    add("--seed", type=seed, default=0)
     add("--validate-every", type=_positive, default=1, help="validate every N epochs "
         "(and the last)")
     add("--checkpoint-every", type=_positive, default=1, help="checkpoint every N epochs "
@@ -71,10 +82,28 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         expect_world_size=args.expect_world_size, expect_hosts=args.expect_hosts)
 
 
+def check_checkpoint_dir(directory: str) -> None:
+    """Refuse a local checkpoint directory this process cannot create or write, before
+    TensorFlow starts (it would otherwise fail at the first checkpoint, an epoch later).
+
+    An s3:// location is checked when the first checkpoint is written.
+    """
+    if is_s3(directory):
+        return
+    path = Path(directory).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise VaecfError(f"--checkpoint-dir {directory}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise VaecfError(f"--checkpoint-dir {directory}: {existing} is not writable")
+
+
 def _body(args: argparse.Namespace) -> None:
+    config = config_from_args(args)
+    check_checkpoint_dir(config.checkpoint_dir)
     from vaecf.train.run import train  # TensorFlow is imported only when training runs
 
-    train(config_from_args(args))
+    train(config)
 
 
 def main(argv: list[str] | None = None) -> int:

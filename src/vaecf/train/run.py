@@ -17,7 +17,7 @@ from pathlib import Path
 import keras
 
 from vaecf import log
-from vaecf.data.splits import load_split
+from vaecf.data.splits import Split, load_split
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, publish, write_manifest
 from vaecf.train import horovod as dist
@@ -36,10 +36,12 @@ def train(config: TrainConfig) -> None:
             staging = stack.enter_context(publish(config.output)) if runtime.is_chief else None
             split_dir = stack.enter_context(open_input(config.split))
             split = load_split(split_dir)
+            _check_batch(config.batch_size, split.train.shape[0], config.split)
             log.info(f"training on {split.train.shape[0]:,} users x {split.n_items:,} items, "
                      f"world size {runtime.size}, {config.precision}, "
                      f"batch {config.batch_size}")
-            trainer = Trainer(config, runtime, split.train, split.heldout("val"))
+            trainer = Trainer(config, runtime, split.train, split.heldout("val"),
+                              split_digest=split.digest)
             trainer.restore()
             trainer.fit()
             digests = dist.gather_object(trainer.weights_digest(), runtime)
@@ -48,12 +50,20 @@ def train(config: TrainConfig) -> None:
                     raise VaecfError(f"the {runtime.size} ranks ended with different weights "
                                      f"(digests {digests}): replicas diverged")
                 shutil.copyfile(split_dir / "item_index.parquet", staging / "item_index.parquet")
-                _write_output(staging, trainer, split.manifest, digests, config, started)
+                _write_output(staging, trainer, split, digests, config, started)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
 
 
-def _write_output(staging: Path, trainer: Trainer, split_manifest: dict, digests: list[str],
+def _check_batch(batch_size: int, train_users: int, split: str) -> None:
+    """Refuse a global batch larger than the training users, before anything is allocated:
+    each step would hold every user several times (and a huge one exhausts the memory)."""
+    if batch_size > train_users:
+        raise VaecfError(f"--batch-size {batch_size}: larger than the {train_users:,} training "
+                         f"users of {split} (use at most {train_users})")
+
+
+def _write_output(staging: Path, trainer: Trainer, split: Split, digests: list[str],
                   config: TrainConfig, started: float) -> None:
     state = trainer.state
     if state.best_weights is None:
@@ -69,7 +79,8 @@ def _write_output(staging: Path, trainer: Trainer, split_manifest: dict, digests
         counts={"train_users": int(trainer.train.shape[0]), "epochs": state.epoch,
                 "steps": state.step},
         started=started,
-        extra={"n_items": trainer.n_items, "split_n_items": int(split_manifest["n_items"]),
+        extra={"n_items": trainer.n_items, "split_n_items": split.n_items,
+               "split_digest": split.digest,
                "best_epoch": state.best_epoch, "best_val": best["val"],
                "world_size": trainer.runtime.size, "hosts": trainer.runtime.hosts,
                "replica_weight_sha256": digests})

@@ -40,11 +40,17 @@ class State:
 
 
 class Trainer:
-    """Trains a ``MultVAE`` on ``train`` (CSR [users, items]) and validates on ``val``."""
+    """Trains a ``MultVAE`` on ``train`` (CSR [users, items]) and validates on ``val``.
+
+    ``split_digest`` (``vaecf.data.splits.split_digest``) goes into every checkpoint: a
+    checkpoint of another split is never resumed, or the model would claim a split it was
+    not (only) trained on.
+    """
 
     def __init__(self, config: TrainConfig, runtime: dist.Runtime, train: sp.csr_matrix,
-                 val: tuple[sp.csr_matrix, sp.csr_matrix]) -> None:
+                 val: tuple[sp.csr_matrix, sp.csr_matrix], *, split_digest: str) -> None:
         self.config, self.runtime, self.train, self.val = config, runtime, train, val
+        self.split_digest = split_digest
         self.n_items = train.shape[1]
         self.model = MultVAE(self.n_items, hidden=config.hidden, latent=config.latent,
                              dropout=config.dropout, policy=config.keras_policy,
@@ -78,6 +84,11 @@ class Trainer:
 
     def _check_compatible(self, found: checkpoint.Checkpoint) -> None:
         saved = found.meta.get("parameters", {})
+        if found.meta.get("split_digest") != self.split_digest:
+            raise VaecfError(f"{self.config.checkpoint_dir}/{found.name}: written for another "
+                             f"split (split digest {str(found.meta.get('split_digest'))[:12]}, "
+                             f"this split's {self.split_digest[:12]}; use another "
+                             "--checkpoint-dir to start afresh)")
         if found.meta.get("n_items") != self.n_items:
             raise VaecfError(f"{self.config.checkpoint_dir}/{found.name}: written for "
                              f"{found.meta.get('n_items')} items, the split has {self.n_items}")
@@ -110,6 +121,7 @@ class Trainer:
         arrays.update({f"best/{i}": w for i, w in enumerate(s.best_weights or [])})
         meta = {"step": s.step, "log": s.log, "best_epoch": s.best_epoch,
                 "best_ndcg": s.best_ndcg, "n_items": self.n_items,
+                "split_digest": self.split_digest,
                 "parameters": self.config.parameters(), "loss_scale": self.loss_scale(),
                 "rng": {"noise": {"seed": self.config.seed, "counter": s.step},
                         "shard": {"seed": self.config.seed, "next_epoch": s.epoch + 1}}}
