@@ -21,8 +21,10 @@ import yaml
 
 from components.images import Images, load_digests
 from pipelines.vaecf_pipeline import compile_pipeline
+from vaecf import cli
 from vaecf.cli import build_parser
 from vaecf.k8s import kfp_report
+from vaecf.stages import MAX_SEED
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).with_name("vaecf_pipeline.golden.yaml")
@@ -156,11 +158,12 @@ def test_a_number_parameter_given_as_text_is_checked_by_the_stage(compiled, task
     flag = "--" + name.replace("_", "-")
     assert getattr(build_parser(stage).parse_args(command_line(spec, task, **{name: "64"})),
                    name) == 64
-    with pytest.raises(SystemExit) as exit_:
-        build_parser(stage).parse_args(command_line(spec, task, **{name: "1OO"}))
-    assert exit_.value.code == 2
-    last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last == f"vaecf {stage}: error: argument {flag}: invalid int value: '1OO'"
+    capsys.readouterr()
+    assert cli.main([stage, *command_line(spec, task, **{name: "1OO"})]) == 1
+    what = (f"expected an integer from 0 to {MAX_SEED}, got 1OO" if name == "seed"
+            else "invalid int value: '1OO'")
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"vaecf {stage}: error: argument {flag}: {what} (see 'vaecf {stage} --help')"]
 
 
 def test_report_flags_parse_with_both_real_parsers(compiled) -> None:

@@ -46,7 +46,10 @@ def new_parser(stage: str, description: str) -> argparse.ArgumentParser:
 
 def seed(text: str) -> int:
     """argparse type of every ``--seed``: an integer in 0 .. ``MAX_SEED``."""
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
     if not 0 <= value <= MAX_SEED:
         raise argparse.ArgumentTypeError(f"expected an integer from 0 to {MAX_SEED}, got {text}")
     return value
