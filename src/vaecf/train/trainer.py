@@ -126,13 +126,14 @@ class Trainer:
         """Train from the current state to ``config.epochs``."""
         first = True
         for epoch in range(self.state.epoch + 1, self.config.epochs + 1):
-            record = self._run_epoch(epoch, broadcast_after_first=first)
-            first = False
-            self.state.epoch = epoch
-            if not self.runtime.is_chief:
-                continue
-            if epoch % self.config.validate_every == 0 or epoch == self.config.epochs:
-                record["val"] = self._validate(epoch)
+            with log.summarised():  # in a log, the epoch's one line is ``_describe``
+                record = self._run_epoch(epoch, broadcast_after_first=first)
+                first = False
+                self.state.epoch = epoch
+                if not self.runtime.is_chief:
+                    continue
+                if epoch % self.config.validate_every == 0 or epoch == self.config.epochs:
+                    record["val"] = self._validate(epoch)
             self.state.log.append(record)
             log.info(_describe(record))
             if epoch % self.config.checkpoint_every == 0 or epoch == self.config.epochs:
