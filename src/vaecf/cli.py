@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 STAGES = {
@@ -35,6 +36,18 @@ def build_parser(stage: str) -> argparse.ArgumentParser:
     return parser
 
 
+def quiet_tensorflow() -> None:
+    """Hide TensorFlow's start-up banners (oneDNN, cpu_feature_guard) in every stage's log.
+
+    Set here, before any stage imports TensorFlow, so that it holds under ``docker run``, KFP
+    and horovodrun alike. Both banners are INFO messages, hidden from level 1 on; level 2 also
+    hides TensorFlow's C++ warnings, as the Makefile and tests always did. oneDNN itself stays
+    on (``TF_ENABLE_ONEDNN_OPTS`` is left alone, so numerics do not change). A level the user
+    set is kept (``TF_CPP_MIN_LOG_LEVEL=0`` shows everything again).
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("-h", "--help"):
@@ -51,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         given = f"unknown stage '{argv[0]}'" if argv else "no stage given"
         print(f"vaecf: error: {given} (one of: {', '.join(STAGES)})", file=sys.stderr)
         return 1
+    quiet_tensorflow()
     module = importlib.import_module(stage_module(argv[0]))
     code: int = module.main(argv[1:])
     return code

@@ -1,10 +1,13 @@
 """Logging for people and machines: one line per event, progress that suits the terminal.
 
-Only Horovod rank 0 logs; every other rank is silent (``set_quiet``).
+Only Horovod rank 0 logs; every other rank is silent (``set_quiet``). In a log (stdout not a
+terminal: files, containers, KFP) a progress bar prints one line when its work is finished,
+plus a line every ``interval`` seconds only if the work takes longer than that.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -13,12 +16,25 @@ from typing import TypeVar
 T = TypeVar("T")
 
 _quiet = False
+_summarised = False
 
 
 def set_quiet(quiet: bool) -> None:
     """Silence this process (used on Horovod ranks other than 0)."""
     global _quiet
     _quiet = quiet
+
+
+@contextlib.contextmanager
+def summarised() -> Iterator[None]:
+    """Inside, progress bars print no closing line in a log: the caller logs one line for the
+    whole unit of work instead (a training epoch: its steps and its validation)."""
+    global _summarised
+    previous, _summarised = _summarised, True
+    try:
+        yield
+    finally:
+        _summarised = previous
 
 
 def info(message: str) -> None:
@@ -36,8 +52,9 @@ def warning(message: str) -> None:
 class Progress:
     """Progress of a long task of known (or unknown) size.
 
-    On a terminal it redraws one line in place; elsewhere (CI, Kubernetes logs) it prints a
-    plain line at most every ``interval`` seconds so logs stay readable.
+    On a terminal it redraws one line in place; elsewhere (CI, Kubernetes logs) it prints one
+    plain line when closed, and before that a line every ``interval`` seconds of work, so a
+    short task is one line and a long one shows it is alive.
     """
 
     def __init__(self, description: str, total: float | None = None, unit: str = "",
@@ -49,7 +66,8 @@ class Progress:
         self._interval = interval
         self._tty = sys.stdout.isatty()
         self._start = time.monotonic()
-        self._last = 0.0
+        self._last = self._start  # a log line only once a full interval has passed
+        self._shown: float | None = None  # ``done`` as last printed in a log
 
     def update(self, amount: float) -> None:
         self.done += amount
@@ -59,11 +77,13 @@ class Progress:
             self._draw(final=False)
 
     def close(self) -> None:
-        self._draw(final=True)
+        if self._tty or not (_summarised or self._shown == self.done):
+            self._draw(final=True)
 
     def _draw(self, final: bool) -> None:
         if _quiet:
             return
+        self._shown = self.done
         elapsed = max(time.monotonic() - self._start, 1e-9)
         if self.total:
             text = (f"{self.description}: {self.done:,.0f}/{self.total:,.0f} {self.unit} "

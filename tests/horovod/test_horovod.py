@@ -74,7 +74,8 @@ def rank_process(launcher: subprocess.Popen[str], rank: int) -> psutil.Process |
 def test_rank_killed_mid_epoch_then_rerun_resumes(synthetic_split, tmp_path: Path) -> None:
     split = synthetic_split(n_users=600, n_items=300, seed=0)
     checkpoints = tmp_path / "model-checkpoints"
-    flags = ("--epochs", "4", "--steps-per-epoch", "300", "--validate-every", "4")
+    flags = ("--epochs", "4", "--steps-per-epoch", "300", "--validate-every", "4",
+             "--checkpoint-every", "1")  # the previous default: a checkpoint per epoch
     launcher = horovodrun(split, tmp_path / "model", *flags)
     deadline = time.monotonic() + 240
     while not (checkpoints / "epoch-000001").is_dir():

@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,8 @@ def test_numbers_in_the_report_equal_the_inputs(cli, tmp_path: Path, synthetic_s
     train_pairs = f"{manifest['counts']['pairs']['train']:,}"
     for text in ("0.4123", "0.0019", "0.3871", "0.5239", "0.4187", "0.2000", "9,990",
                  "772.2500", "651.5000", "0.2900", "1,050.0", "1.62x", "1.71x", "85.7%",
-                 "12.5%", "Test CPU", "synthetic, not ML-20M", train_pairs):
+                 "12.5%", "Test CPU", "The data is synthetic data; the paper published",
+                 train_pairs):
         assert text in markdown, text
         assert text in page, text
     assert markdown.index("## Verdict") < markdown.index("## Accuracy")
@@ -218,4 +220,32 @@ def test_speed_against_a_reference_run(cli, tmp_path: Path) -> None:
     assert ratios["fp32 x1 b512"] == pytest.approx(1050 / 840)  # median of 1000 and 1100
     markdown = (out / "report.md").read_text()
     verdict = markdown[:markdown.index("## Speed")]
-    assert "vs the reference run, fp32 x1 b512: 1.25x (1,050.0 vs 840.0 users/s)" in verdict
+    assert ("Against the reference run, fp32 x1 b512 runs at 1.25x its speed "
+            "(1,050.0 vs 840.0 users/s)") in verdict
+
+
+def test_report_names_the_movielens_release_read_and_shows_no_paper_numbers(
+        cli, tmp_path: Path) -> None:
+    """An ML-1M-layout zip (ratings.dat, '::') through the real data stages: the report says
+    ML-1M, not ML-20M, and compares with no published number (issue 13)."""
+    lines = [f"{user}::{item}::5::97830076{item % 10}\n" for user in range(1, 61)
+             for item in range(1 + user % 7, 21, 2)]
+    archive = tmp_path / "ml-1m-sample.zip"  # not ml-1m.zip: checked against the MD5
+    with zipfile.ZipFile(archive, "w") as zipped:
+        zipped.writestr("ml-1m/ratings.dat", "".join(lines))
+    raw, inter, split = tmp_path / "raw", tmp_path / "interactions", tmp_path / "split"
+    assert cli("download", "--dataset", "ml-1m", "--source", archive, "--output", raw)[0] == 0
+    assert cli("preprocess", "--input", raw, "--output", inter)[0] == 0
+    assert cli("split", "--input", inter, "--output", split)[0] == 0
+    paths = write_inputs(tmp_path)
+    code, _, err = cli("report", "--output", tmp_path / "report", "--metrics", paths["metrics"],
+                       "--manifests", raw, inter, split)
+    assert code == 0, err
+    accuracy = json.loads((tmp_path / "report" / "report.json").read_text())["accuracy"]
+    assert (accuracy["dataset"], accuracy["dataset_name"]) == ("ml-1m", "ML-1M")
+    assert (accuracy["layout"], accuracy["protocol"]) == ("ratings.dat", "mission")
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "The data is ML-1M; the paper published numbers for ML-20M and Netflix only" in markdown
+    assert "% of paper" not in markdown and "ML-20M under" not in markdown
+    assert "The model is within noise of the ease baseline" not in markdown  # 0.4123 vs 0.4187
+    assert "The model is worse than the ease baseline" in markdown

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -252,3 +254,77 @@ def test_split_and_outputs_on_s3(synthetic_split, s3_bucket: str) -> None:
             "saved_model/saved_model.pb"} <= set(keys)
     assert storage.list_keys(f"s3://{s3_bucket}/model-checkpoints") == [
         "epoch-000001/meta.json", "epoch-000001/state.npz"]
+
+
+BANNERS = ("oneDNN custom operations", "cpu_feature_guard", "This TensorFlow binary")
+
+
+def run_cli(*argv: object) -> subprocess.Popen[str]:
+    """The real ``vaecf`` CLI in a fresh process, stdout to a pipe (as in a container or KFP),
+    without the TF_CPP_MIN_LOG_LEVEL that conftest and the Makefile set: the CLI sets its own."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["TF_DETERMINISTIC_OPS"] = "1"  # runs compared bit for bit
+    return subprocess.Popen([sys.executable, "-m", "vaecf.cli", *map(str, argv)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=300)
+    return process.returncode, out, err
+
+
+def test_log_in_a_pipe_has_one_line_per_epoch_and_no_banner(synthetic_split,
+                                                            tmp_path: Path) -> None:
+    """Issue 13: progress lines were printed twice and TensorFlow's banners leaked. Also the
+    small-data defaults: one checkpoint (the last epoch; the 600 s interval never passed) and
+    beta reaching --beta-cap at the run's last step."""
+    split, model = synthetic_split(n_users=600, n_items=300, seed=0), tmp_path / "model"
+    code, out, err = finish(run_cli("train", "--split", split, "--output", model,
+                                    "--epochs", "3", "--batch-size", "100", "--hidden", "64",
+                                    "--latent", "16"))
+    assert code == 0, err[-3000:]
+    assert not any(banner in out + err for banner in BANNERS), err[-3000:]
+    lines = out.splitlines()
+    for epoch in (1, 2, 3):  # the epoch's one line; its steps and validation bars are in it
+        assert sum(line.startswith(f"epoch {epoch}:") for line in lines) == 1, out
+    assert not any("evaluating" in line or "steps (" in line for line in lines), out
+    assert sorted(p.name for p in (tmp_path / "model-checkpoints").iterdir()) == [
+        "epoch-000003"]
+    steps = -(-load_split(split).train.shape[0] // 100)
+    manifest = json.loads((model / "train_manifest.json").read_text())
+    assert manifest["parameters"]["anneal_steps"] == int((3 * steps - 1) / 0.2)
+    assert read_log(model)[-1]["beta"] == pytest.approx(0.2)
+
+    code, out, err = finish(run_cli("evaluate", "--split", split, "--model", model,
+                                    "--output", tmp_path / "metrics"))
+    assert code == 0, err[-3000:]
+    assert not any(banner in out + err for banner in BANNERS), err[-3000:]
+    progress = [line for line in out.splitlines() if line.startswith("evaluating:")]
+    assert len(progress) == 1 and "(100%" in progress[0], out
+
+
+def test_sigterm_checkpoints_the_epoch_and_a_rerun_resumes_the_same_run(
+        synthetic_split, tmp_path: Path) -> None:
+    split = synthetic_split(n_users=600, n_items=300, seed=0)
+    flags = ["--split", split, "--epochs", "4", "--steps-per-epoch", "150", "--batch-size",
+             "100", "--hidden", "64", "--latent", "16", "--validate-every", "4"]
+    stopped = run_cli("train", "--output", tmp_path / "parts", *flags)
+    assert stopped.stdout is not None
+    line = stopped.stdout.readline()
+    while line and not line.startswith("epoch 1:"):
+        line = stopped.stdout.readline()
+    stopped.send_signal(signal.SIGTERM)
+    code, _, err = finish(stopped)
+    assert code == 1 and "stopped by SIGTERM after epoch" in err, err[-3000:]
+    epoch = int(err.split("after epoch ")[1].split()[0])
+    assert epoch < 4 and not (tmp_path / "parts").exists()
+    kept = sorted(p.name for p in (tmp_path / "parts-checkpoints").iterdir())
+    assert kept[-1] == f"epoch-{epoch:06d}"  # the interval had not passed: SIGTERM wrote it
+
+    code, out, err = finish(run_cli("train", "--output", tmp_path / "parts", *flags))
+    assert code == 0 and f"resuming from checkpoint epoch-{epoch:06d}" in out, err[-3000:]
+    code, _, err = finish(run_cli("train", "--output", tmp_path / "whole", *flags))
+    assert code == 0, err[-3000:]
+    whole, parts = read_log(tmp_path / "whole"), read_log(tmp_path / "parts")
+    assert [r["loss"] for r in whole] == [r["loss"] for r in parts]
+    assert [r["beta"] for r in whole] == [r["beta"] for r in parts]

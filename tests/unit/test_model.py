@@ -137,3 +137,18 @@ def test_xla_compiled_dense_part_computes_the_same() -> None:
     for a, b in zip(plain(data, training=True, step=step),
                     compiled(data, training=True, step=step), strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("epochs", "steps", "cap"), [(3, 6, 0.2), (100, 7, 0.2), (1, 1, 0.5),
+                                                      (200, 234, 0.2)])
+def test_default_annealing_reaches_the_cap_at_the_last_step(epochs: int, steps: int,
+                                                           cap: float) -> None:
+    from vaecf.train.config import TrainConfig
+
+    config = TrainConfig("split", "out", "ckpt", epochs=epochs, beta_cap=cap).resolved(steps)
+    assert config.anneal_steps is not None
+    last = epochs * steps - 1  # the step index of the run's last update
+    assert float(beta_at(last, cap, config.anneal_steps)) == pytest.approx(cap)
+    if last > 0:
+        assert float(beta_at(last - 1, cap, config.anneal_steps)) < cap
+    assert TrainConfig("s", "o", "c", anneal_steps=200_000).resolved(steps).anneal_steps == 200_000

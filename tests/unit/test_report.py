@@ -81,28 +81,82 @@ def _metrics(ndcg: float, stderr: float) -> dict:
                                                                   "stderr": stderr}}
 
 
+PAPER_PREPROCESS = {"protocol": "paper", "min_rating": 4.0, "min_user_items": 5,
+                    "min_item_users": 0, "k_core": False}
+
+
+def _paper_run(dataset: str, heldout_users: int) -> dict[str, dict]:
+    """Manifests as the data stages write them for ``dataset`` under ``--protocol paper``."""
+    return {"download": {"dataset": dataset},
+            "preprocess": {"dataset": dataset, "parameters": PAPER_PREPROCESS},
+            "dataset": {"dataset": dataset, "parameters": {
+                "protocol": "paper", "heldout_users": heldout_users, "holdout_fraction": 0.2}}}
+
+
 def test_accuracy_verdict_against_paper_and_baselines() -> None:
     metrics = _metrics(0.41, 0.002) | {"baselines": {"ease": _metrics(0.413, 0.002),
-                                                     "popularity": _metrics(0.2, 0.002)}}
-    acc = accuracy.analyse(metrics, {"dataset": {"dataset": "ml-20m"}})
-    assert acc["comparable_to_paper"]
+                                                     "popularity": _metrics(0.2, 0.002),
+                                                     "worse": _metrics(0.5, 0.002)}}
+    acc = accuracy.analyse(metrics, _paper_run("ml-20m", 10_000))
+    assert acc["comparable_to_paper"] and acc["dataset_name"] == "ML-20M"
     lines = accuracy.verdict(acc)
     # 0.41 / 0.426 = 96.2%: close; 0.41 + 2 * 0.002 < 0.426
     assert lines[0].startswith("Accuracy is close to the paper") and "96.2%" in lines[0]
+    assert "The data is ML-20M under the paper's protocol" in lines[0]
     # |0.41 - 0.413| = 0.003 < 2 * sqrt(2) * 0.002 = 0.0057: noise
-    assert "within noise of the ease baseline" in lines[1]
-    assert "beats the popularity baseline" in lines[2] and "+0.2100" in lines[2]
+    assert "The model is within noise of the ease baseline" in lines[1]
+    assert "The model beats the popularity baseline" in lines[2] and "+0.2100" in lines[2]
+    assert "The model is worse than the worse baseline" in lines[3]
+    table = accuracy.section(acc).blocks[2]
+    assert table.columns[3:5] == ["paper (ML-20M)", "% of paper"]
 
 
-def test_accuracy_on_other_data_is_indicative_only() -> None:
-    acc = accuracy.analyse(_metrics(0.43, 0.001), {"dataset": {"dataset": "synthetic"}})
-    assert not acc["comparable_to_paper"]
+def test_netflix_under_the_paper_protocol_is_compared_with_netflix_numbers() -> None:
+    acc = accuracy.analyse(_metrics(0.386, 0.001), _paper_run("netflix", 40_000))
+    assert acc["comparable_to_paper"] and acc["dataset_name"] == "Netflix Prize"
+    assert acc["metrics"]["ndcg_at_100"]["paper"] == 0.386  # Table 2, Netflix, Mult-VAE
+    assert accuracy.verdict(acc)[0].startswith("Accuracy matches or beats the paper")
+
+
+def test_accuracy_on_other_data_names_it_and_shows_no_paper_numbers() -> None:
+    acc = accuracy.analyse(_metrics(0.43, 0.001), {"download": {"dataset": "ml-1m"},
+                                                  "preprocess": {"dataset": "ml-1m"}})
+    assert not acc["comparable_to_paper"] and acc["dataset_name"] == "ML-1M"
     first = accuracy.verdict(acc)[0]  # 0.43 would "beat" 0.426 if the data were ML-20M
-    assert first.startswith("Accuracy cannot be judged against the paper: NDCG@100 0.4300")
-    assert "beats" not in first and "%" not in first
-    assert "synthetic, not ML-20M" in acc["note"] and "indicative only" in acc["note"]
-    mission = accuracy.comparability("ml-20m", "mission")
-    assert not mission[0] and "indicative only" in mission[1]
+    assert first.startswith("Accuracy: NDCG@100 0.4300 ± 0.0010. The data is ML-1M;")
+    assert "beats" not in first and "%" not in first and "0.426" not in first
+    assert "ratio_to_paper" not in acc["metrics"]["ndcg_at_100"]
+    assert "% of paper" not in accuracy.section(acc).blocks[2].columns
+
+
+@pytest.mark.parametrize(("dataset", "release", "name"), [
+    ("ml-100k", None, "ML-100K"), ("ml-latest-small", None, "ML-latest-small"),
+    ("movielens", "ml-10m", "MovieLens (the ML-10M release)"),
+    ("movielens", None, "a MovieLens ratings file"), ("ml-64m", None, "ML-64M"),
+    ("some-new-data", None, "some-new-data")])
+def test_display_names(dataset: str, release: str | None, name: str) -> None:
+    assert accuracy.display_name(dataset, release) == name
+
+
+@pytest.mark.parametrize(("stage", "change", "reason"), [
+    ("preprocess", {"protocol": "mission", "min_item_users": 5}, "preprocess protocol 'mission'"),
+    ("preprocess", {"min_rating": 3.0}, "--min-rating 3.0, the paper's is 4.0"),
+    ("preprocess", {"k_core": True}, "--k-core True, the paper's is False"),
+    ("dataset", {"heldout_users": 500}, "--heldout-users 500, the paper's is 10,000"),
+    ("dataset", {"protocol": None}, "split protocol not recorded")])
+def test_ml20m_off_the_paper_protocol_is_not_compared(stage: str, change: dict,
+                                                       reason: str) -> None:
+    manifests = _paper_run("ml-20m", 10_000)
+    manifests[stage]["parameters"] = manifests[stage]["parameters"] | change
+    acc = accuracy.analyse(_metrics(0.41, 0.002), manifests)
+    assert not acc["comparable_to_paper"]
+    assert "not under the paper's protocol" in acc["note"] and reason in acc["note"]
+    assert "%" not in accuracy.verdict(acc)[0]
+
+
+def test_unrecorded_dataset_is_not_compared() -> None:
+    acc = accuracy.analyse(_metrics(0.43, 0.001), {})
+    assert not acc["comparable_to_paper"] and "not recorded" in acc["note"]
 
 
 def test_formatting() -> None:

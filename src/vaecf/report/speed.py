@@ -127,8 +127,8 @@ def verdict(speed: dict[str, Any]) -> list[str]:
                      f"{load['load']:.1f} on {load['cores']} cores): other processes took part "
                      "of the CPU, so these speeds understate the code.")
     for r in speed["versus_reference"]:
-        lines.append(f"vs the reference run, {r['config']}: {fmt_ratio(r['ratio'])} "
-                     f"({fmt(r['users_per_second'], 1)} vs "
+        lines.append(f"Against the reference run, {r['config']} runs at {fmt_ratio(r['ratio'])} "
+                     f"its speed ({fmt(r['users_per_second'], 1)} vs "
                      f"{fmt(r['reference_users_per_second'], 1)} users/s).")
     return lines
 

@@ -28,6 +28,13 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text}")
+    return value
+
+
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0.0 <= value < 1.0:
@@ -51,8 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--xla", action="store_true", help="compile the dense part of the step with XLA")
     add("--learning-rate", type=finite_positive, default=1e-3, help="Adam learning rate")
     add("--beta-cap", type=finite_non_negative, default=0.2, help="largest KL weight")
-    add("--anneal-steps", type=_non_negative, default=200_000,
-        help="steps over which beta grows linearly to the cap (0: the cap from the start)")
+    add("--anneal-steps", type=_non_negative, help="beta = min(cap, step / this), as in the paper's "
+        "code (paper: 200000; 0: the cap from the start) [default: beta reaches the cap at "
+        "the run's last step]")
     add("--dropout", type=_fraction, default=0.5, help="input dropout rate")
     add("--hidden", type=_positive, default=600, help="hidden layer width")
     add("--latent", type=_positive, default=200, help="latent dimension")
@@ -60,8 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--seed", type=seed, default=0)
     add("--validate-every", type=_positive, default=1, help="validate every N epochs "
         "(and the last)")
-    add("--checkpoint-every", type=_positive, default=1, help="checkpoint every N epochs "
-        "(and the last)")
+    add("--checkpoint-interval", type=_seconds, default=600.0, metavar="SECONDS",
+        help="checkpoint after the first epoch ending this long after the previous "
+        "checkpoint, after the last epoch and on SIGTERM (0: every epoch)")
+    add("--checkpoint-every", type=_positive, help="also checkpoint every N epochs "
+        "(1: every epoch, as before)")
     add("--steps-per-epoch", type=_positive, help="steps per epoch [default: one pass over "
         "the training users]")
     add("--expect-world-size", type=_positive, help="fail unless this many processes run")
@@ -78,6 +89,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         xla=args.xla, learning_rate=args.learning_rate, beta_cap=args.beta_cap,
         anneal_steps=args.anneal_steps, dropout=args.dropout, hidden=args.hidden,
         latent=args.latent, l2=args.l2, seed=args.seed, validate_every=args.validate_every,
+        checkpoint_interval=args.checkpoint_interval,
         checkpoint_every=args.checkpoint_every, steps_per_epoch=args.steps_per_epoch,
         expect_world_size=args.expect_world_size, expect_hosts=args.expect_hosts)
 

@@ -9,15 +9,20 @@ Atomicity: locally, both files are written into a hidden temporary directory tha
 into place; on S3, ``meta.json`` is uploaded last and acts as the commit marker. A checkpoint
 whose ``meta.json`` is missing, unreadable or whose checksum does not match is corrupt and
 skipped in favour of the previous one. The newest ``KEEP`` checkpoints are kept.
+``sigterm_flag`` lets the trainer finish its epoch and checkpoint when Kubernetes stops a pod.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,3 +123,26 @@ def _load(directory: str, name: str) -> Checkpoint:
         with np.load(local / "state.npz") as state:
             arrays = {key: state[key] for key in state.files}
     return Checkpoint(name=name, meta=meta, arrays=arrays)
+
+
+@contextlib.contextmanager
+def sigterm_flag() -> Iterator[threading.Event]:
+    """An event set by the first SIGTERM while inside (main thread only; elsewhere never set).
+
+    The first SIGTERM also restores the previous handler, so a second one acts at once.
+    """
+    flag = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handle(signum: int, frame: Any) -> None:
+        flag.set()  # nothing else here: printing could re-enter a print the signal interrupted
+        signal.signal(signal.SIGTERM, previous or signal.SIG_DFL)
+
+    signal.signal(signal.SIGTERM, handle)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGTERM, previous or signal.SIG_DFL)

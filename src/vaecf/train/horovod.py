@@ -112,11 +112,14 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
     ``finite`` is False when float16 gradients overflowed and the optimizer skipped the step.
     """
     hvd, size = runtime.hvd, runtime.size
+    if config.anneal_steps is None:
+        raise ValueError("anneal_steps unset: pass config.resolved(steps_per_epoch)")
+    anneal_steps = config.anneal_steps
     scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     variables = model.trainable_variables
 
     def step(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        beta = beta_at(step_idx, config.beta_cap, config.anneal_steps)
+        beta = beta_at(step_idx, config.beta_cap, anneal_steps)
         with tf.GradientTape() as tape:  # Horovod: plain tape (Keras 3 breaks the wrapper)
             logits, mu, logvar = model.forward(batch, training=True, step=step_idx)
             nll = tf.reduce_mean(multinomial_nll(logits, batch))

@@ -75,7 +75,8 @@ def _write_output(staging: Path, trainer: Trainer, split: Split, digests: list[s
             handle.write(json.dumps(record, sort_keys=True) + "\n")
     best = next(r for r in state.log if r["epoch"] == state.best_epoch)
     write_manifest(
-        staging, "train", inputs={"split": config.split}, parameters=config.parameters(),
+        staging, "train", inputs={"split": config.split},
+        parameters=trainer.config.parameters(),  # with anneal_steps as resolved for the run
         counts={"train_users": int(trainer.train.shape[0]), "epochs": state.epoch,
                 "steps": state.step},
         started=started,

@@ -8,6 +8,7 @@ and the model's noise a function of (seed, step, user), both recorded in the che
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,9 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, runtime: dist.Runtime, train: sp.csr_matrix,
                  val: tuple[sp.csr_matrix, sp.csr_matrix], *, split_digest: str) -> None:
+        self.steps = data.steps_per_epoch(train.shape[0], config.batch_size,
+                                          config.steps_per_epoch)
+        config = config.resolved(self.steps)  # recorded in checkpoints and the manifest
         self.config, self.runtime, self.train, self.val = config, runtime, train, val
         self.split_digest = split_digest
         self.n_items = train.shape[1]
@@ -59,8 +63,6 @@ class Trainer:
         self.optimizer = dist.make_optimizer(config)
         self.optimizer.build(self.model.trainable_variables)
         self.step_fn = dist.make_train_step(self.model, self.optimizer, config, runtime)
-        self.steps = data.steps_per_epoch(train.shape[0], config.batch_size,
-                                          config.steps_per_epoch)
         local = config.batch_size // runtime.size
         self.maker = data.BatchMaker(train, data.pad_granule(train, local))
         self.state = State()
@@ -135,20 +137,38 @@ class Trainer:
     # ---- the loop
 
     def fit(self) -> None:
-        """Train from the current state to ``config.epochs``."""
-        first = True
+        """Train from the current state to ``config.epochs``.
+
+        A SIGTERM (Kubernetes stopping the pod) ends the run after the current epoch, with a
+        checkpoint on rank 0, so a rerun resumes there; a second SIGTERM acts at once.
+        """
+        with checkpoint.sigterm_flag() as stop:
+            self._fit(stop)
+
+    def _fit(self, stop: threading.Event) -> None:
+        first, saved = True, time.monotonic()
         for epoch in range(self.state.epoch + 1, self.config.epochs + 1):
-            record = self._run_epoch(epoch, broadcast_after_first=first)
-            first = False
-            self.state.epoch = epoch
-            if not self.runtime.is_chief:
-                continue
-            if epoch % self.config.validate_every == 0 or epoch == self.config.epochs:
-                record["val"] = self._validate(epoch)
-            self.state.log.append(record)
-            log.info(_describe(record))
-            if epoch % self.config.checkpoint_every == 0 or epoch == self.config.epochs:
+            with log.summarised():  # in a log, the epoch's one line is ``_describe``
+                record = self._run_epoch(epoch, broadcast_after_first=first)
+                first = False
+                self.state.epoch = epoch
+                if self.runtime.is_chief:
+                    if epoch % self.config.validate_every == 0 or epoch == self.config.epochs:
+                        record["val"] = self._validate(epoch)
+                    self.state.log.append(record)
+                    log.info(_describe(record))
+            if self.runtime.is_chief and (stop.is_set() or self._checkpoint_due(epoch, saved)):
                 self.save_checkpoint()
+                saved = time.monotonic()
+            if stop.is_set():
+                raise VaecfError(f"stopped by SIGTERM after epoch {epoch} (step "
+                                 f"{self.state.step}); rerun to resume from its checkpoint")
+
+    def _checkpoint_due(self, epoch: int, saved: float) -> bool:
+        """The last epoch, every ``checkpoint_every`` epochs, or the interval has passed."""
+        every = self.config.checkpoint_every
+        return (epoch == self.config.epochs or (every is not None and epoch % every == 0)
+                or time.monotonic() - saved >= self.config.checkpoint_interval)
 
     def _run_epoch(self, epoch: int, broadcast_after_first: bool) -> dict[str, Any]:
         config, runtime = self.config, self.runtime
