@@ -58,9 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--xla", action="store_true", help="compile the dense part of the step with XLA")
     add("--learning-rate", type=finite_positive, default=1e-3, help="Adam learning rate")
     add("--beta-cap", type=finite_non_negative, default=0.2, help="largest KL weight")
-    add("--anneal-steps", type=_non_negative, help="beta = min(cap, step / this), as in the paper's "
-        "code (paper: 200000; 0: the cap from the start) [default: beta reaches the cap at "
-        "the run's last step]")
+    add("--anneal-steps", type=_non_negative, help="beta = min(cap, step / this), as in the "
+        "paper's code (paper: 200000; 0: the cap from the start) [default: beta reaches the cap "
+        "at the run's last step]")
     add("--dropout", type=_fraction, default=0.5, help="input dropout rate")
     add("--hidden", type=_positive, default=600, help="hidden layer width")
     add("--latent", type=_positive, default=200, help="latent dimension")
