@@ -2,9 +2,13 @@
 # The data stages' image: `vaecf download | preprocess | split` (and nothing that needs
 # TensorFlow). Build from the repository root:
 #   docker build -f docker/data.Dockerfile -t vaecf-data:0.1.0 .
-# Run a stage alone (data lives in a mounted directory or in object storage, never in the image):
-#   docker run --rm -v "$PWD/data:/data" vaecf-data:0.1.0 download --dataset synthetic --output /data/raw
-#   docker run --rm -v "$PWD/data:/data" vaecf-data:0.1.0 preprocess --input /data/raw --output /data/interactions
+# Run a stage alone (data lives in a mounted directory or in object storage, never in the image);
+# run as your own uid so that the stage can write the mounted directory (any uid works):
+#   docker run --rm --user "$(id -u):$(id -g)" -v "$PWD/data:/data" vaecf-data:0.1.0 \
+#     download --dataset synthetic --output /data/raw
+#   docker run --rm --user "$(id -u):$(id -g)" -v "$PWD/data:/data" vaecf-data:0.1.0 \
+#     preprocess --input /data/raw --output /data/interactions
+# `vaecf --help` lists only the stages this image runs (no TensorFlow, no matplotlib).
 #
 # The base is pinned by tag. For byte-reproducible builds also pin its digest, e.g.
 #   FROM python:3.11.11-slim-bookworm@sha256:<digest>

@@ -4,6 +4,8 @@
 # (`python -m vaecf.k8s.kfp_report`). No TensorFlow: the training runs in the MPIJob's pods.
 # Build from the repository root:
 #   docker build -f docker/launcher.Dockerfile -t vaecf-launcher:0.1.0 .
+# It runs under any uid (`docker run --user "$(id -u):$(id -g)"`): matplotlib's cache goes to
+# MPLCONFIGDIR under /tmp, not to the home a foreign uid may not have.
 #
 # The base is pinned by tag; pin its digest too for byte-reproducible builds
 # (`docker buildx imagetools inspect python:3.11.11-slim-bookworm`).
@@ -13,7 +15,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    VAECF_MPIJOB_TEMPLATE=/opt/vaecf/manifests/mpijob.yaml
+    VAECF_MPIJOB_TEMPLATE=/opt/vaecf/manifests/mpijob.yaml \
+    MPLCONFIGDIR=/tmp/matplotlib
 
 WORKDIR /build
 COPY requirements.lock pyproject.toml README.md ./
