@@ -21,17 +21,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-WORKDIR /build
-COPY requirements.lock pyproject.toml README.md ./
-COPY src ./src
+COPY requirements.lock pyproject.toml README.md /build/
+COPY src /build/src
 
 # Exact pins come from the one lock file, but only the data stages' dependencies and theirs:
 # TensorFlow, kfp and Horovod are gigabytes this image never imports. `pip check` fails the
 # build if the selection misses a dependency.
 RUN grep -E '^(numpy|pandas|pyarrow|scipy|boto3|botocore|s3transfer|jmespath|python-dateutil|six|urllib3|pytz|tzdata)==' \
-        requirements.lock > /tmp/data.lock \
+        /build/requirements.lock > /tmp/data.lock \
  && pip install --no-deps -r /tmp/data.lock \
- && pip install --no-deps . \
+ && pip install --no-deps /build \
  && pip check \
  && rm -rf /build /tmp/data.lock
 

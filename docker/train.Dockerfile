@@ -49,11 +49,12 @@ RUN if [ "$FLAVOUR" = gpu ]; then \
 
 FROM ${BASE}
 ARG FLAVOUR=gpu
-# MPLCONFIGDIR and KERAS_HOME: writable under any uid (`docker run --user`), whose home may be /.
+# HOME: horovodrun (~/.horovod) and Keras (~/.keras) write there, and an arbitrary uid
+# (`docker run --user`) has home / (ssh and sshd take mpiuser's keys from its passwd entry).
 # LD_LIBRARY_PATH: Horovod finds the NCCL wheel's library (GPU flavour; absent in the CPU one).
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH \
-    TF_CPP_MIN_LOG_LEVEL=1 MPLCONFIGDIR=/tmp/matplotlib KERAS_HOME=/tmp/keras \
+    TF_CPP_MIN_LOG_LEVEL=1 HOME=/tmp \
     LD_LIBRARY_PATH=/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib
 # mpi-operator's non-root layout: user mpiuser (uid 1000, as in manifests/base/mpijob.yaml),
 # keys mounted by the operator at /home/mpiuser/.ssh (sshAuthMountPath), sshd on port 2222
