@@ -99,14 +99,27 @@ build() {  # build NAME DOCKERFILE [ARGS...]: logs to CHECK_DIR/NAME.log
   say "built vaecf-$name:$TAG"
 }
 
-# in IMAGE USER CMD...: runs CMD in a fresh container of IMAGE with CHECK_DIR/data at /data.
+# One working container per image for all its checks (each `buildah from` is a full copy of
+# the image with the vfs driver); removed on exit.
+declare -A CONTAINERS=()
+remove_containers() {
+  local ctr
+  for ctr in "${CONTAINERS[@]}"; do buildah rm "$ctr" >/dev/null || true; done
+}
+open_containers() {
+  local image
+  trap remove_containers EXIT
+  for image in data launcher train-cpu; do
+    CONTAINERS[$image]=$(buildah from --pull=never "vaecf-$image:$TAG")
+  done
+}
+
+# in_image IMAGE USER CMD...: runs CMD in IMAGE's container with CHECK_DIR/data at /data.
 in_image() {
-  local image=$1 user=$2 ctr code=0
+  local image=$1 user=$2
   shift 2
-  ctr=$(buildah from --pull=never "vaecf-$image:$TAG")
-  buildah run --isolation chroot --user "$user" -v "$CHECK_DIR/data:/data" "$ctr" -- "$@" || code=$?
-  buildah rm "$ctr" >/dev/null
-  return "$code"
+  buildah run --isolation chroot --user "$user" -v "$CHECK_DIR/data:/data" \
+    "${CONTAINERS[$image]}" -- "$@"
 }
 
 check_data() {
@@ -169,6 +182,7 @@ main() {
   build launcher docker/launcher.Dockerfile
   wait "$train" || fail "train-cpu build"
   buildah images --filter "reference=vaecf-*:$TAG"
+  open_containers
   check_data
   check_launcher
   check_train
