@@ -68,7 +68,7 @@ images:
 	  -t $(REGISTRY)/vaecf-train-cpu:$(TAG) .
 
 # Builds the data, launcher and CPU train images with buildah on a bootstrapped stand-in for
-# their base and runs them (see docker/check-images.sh; root, Debian, ~20 minutes).
+# their base and runs them (see docker/check-images.sh; root, Debian; ~11 minutes from clean).
 image-check:
 	docker/check-images.sh
 
