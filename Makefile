@@ -16,7 +16,7 @@ TAG ?= 0.1.0
 TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_CPP_MIN_LOG_LEVEL
 
-.PHONY: install test lint demo pipeline images push clean
+.PHONY: install test lint demo pipeline images image-check push clean
 
 install: $(STAMP)
 
@@ -64,9 +64,17 @@ images:
 	  $(CONTAINER_TOOL) build -f docker/$$name.Dockerfile -t $(REGISTRY)/vaecf-$$name:$(TAG) . \
 	    || exit 1; \
 	done
+	$(CONTAINER_TOOL) build -f docker/train.Dockerfile --build-arg FLAVOUR=cpu \
+	  -t $(REGISTRY)/vaecf-train-cpu:$(TAG) .
+
+# Builds the data, launcher and CPU train images with buildah on a bootstrapped stand-in for
+# their base and runs them (see docker/check-images.sh; root, Debian; ~11 minutes from clean).
+image-check:
+	docker/check-images.sh
 
 # Pushes the images and records their registry digests in $(DIGESTS); `make pipeline` then
-# pins every image by digest (delete the file to compile with tags again).
+# pins every image by digest (delete the file to compile with tags again). The CPU train image
+# (manifests/overlays/cpu) is pushed by tag: the pipeline's default train image is the GPU one.
 push: images
 	@mkdir -p $(dir $(DIGESTS))
 	@sep=""; json="{"; for name in $(IMAGES); do \
@@ -77,6 +85,7 @@ push: images
 	  test -n "$$digest" || { echo "no registry digest for $$image:$(TAG)"; exit 1; }; \
 	  json="$$json$$sep\"$$name\": \"$$digest\""; sep=", "; \
 	done; echo "$$json}" > $(DIGESTS); echo "digests recorded in $(DIGESTS):"; cat $(DIGESTS)
+	$(CONTAINER_TOOL) push $(REGISTRY)/vaecf-train-cpu:$(TAG)
 
 pipeline: install
 	$(PY) -m pipelines.vaecf_pipeline --output $(PIPELINE_YAML) --registry $(REGISTRY) \

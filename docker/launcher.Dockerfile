@@ -4,6 +4,8 @@
 # (`python -m vaecf.k8s.kfp_report`). No TensorFlow: the training runs in the MPIJob's pods.
 # Build from the repository root:
 #   docker build -f docker/launcher.Dockerfile -t vaecf-launcher:0.1.0 .
+# It runs under any uid (`docker run --user "$(id -u):$(id -g)"`): matplotlib's cache goes to
+# MPLCONFIGDIR under /tmp, not to the home a foreign uid may not have.
 #
 # The base is pinned by tag; pin its digest too for byte-reproducible builds
 # (`docker buildx imagetools inspect python:3.11.11-slim-bookworm`).
@@ -13,19 +15,19 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    VAECF_MPIJOB_TEMPLATE=/opt/vaecf/manifests/mpijob.yaml
+    VAECF_MPIJOB_TEMPLATE=/opt/vaecf/manifests/mpijob.yaml \
+    MPLCONFIGDIR=/tmp/matplotlib
 
-WORKDIR /build
-COPY requirements.lock pyproject.toml README.md ./
-COPY src ./src
+COPY requirements.lock pyproject.toml README.md /build/
+COPY src /build/src
 
 # Exact pins from the one lock file, limited to what these two steps import (the kubernetes
 # client, boto3, matplotlib for the report's plots, vaecf's own dependencies) and their
 # dependencies; `pip check` fails the build if the selection misses one.
 RUN grep -E '^(kubernetes|PyYAML|google-auth|pyasn1|pyasn1_modules|cryptography|cffi|pycparser|oauthlib|requests|requests-oauthlib|charset-normalizer|idna|certifi|websocket-client|boto3|botocore|s3transfer|jmespath|python-dateutil|six|urllib3|numpy|pandas|pytz|tzdata|pyarrow|scipy|matplotlib|contourpy|cycler|fonttools|kiwisolver|packaging|pillow|pyparsing)==' \
-        requirements.lock > /tmp/launcher.lock \
+        /build/requirements.lock > /tmp/launcher.lock \
  && pip install --no-deps -r /tmp/launcher.lock \
- && pip install --no-deps . \
+ && pip install --no-deps /build \
  && pip check \
  && rm -rf /build /tmp/launcher.lock
 

@@ -1,48 +1,68 @@
 # syntax=docker/dockerfile:1
 # The training image: `vaecf train` under mpirun in the MPIJob (launcher and workers), and
-# `vaecf evaluate` on a GPU. TensorFlow 2.17 was built against CUDA 12.3 and cuDNN 8.9, so the
-# base is CUDA 12.3 and cuDNN 8.9 comes with `tensorflow[and-cuda]`. OpenMPI is 4.1 (Ubuntu
-# 22.04's), not 5: mpi-operator's hostfile settings are ignored by OpenMPI 5. Horovod 0.28.1
-# is built with MPI, Gloo, TensorFlow and NCCL in a build stage; only its wheel is kept.
-# Build from the repository root (needs no GPU):
-#   docker build -f docker/train.Dockerfile -t vaecf-train:0.1.0 .
-# Pin the bases by digest for byte-reproducible builds (`docker buildx imagetools inspect`).
-ARG CUDA=12.3.2
-ARG UBUNTU=ubuntu22.04
-ARG NCCL=2.19.3-1+cuda12.3
+# `vaecf evaluate`. Two flavours from one file, selected by the FLAVOUR build argument:
+#   docker build -f docker/train.Dockerfile -t vaecf-train:0.1.0 .                          # GPU
+#   docker build -f docker/train.Dockerfile --build-arg FLAVOUR=cpu -t vaecf-train-cpu:0.1.0 .
+# (the CPU flavour is what manifests/overlays/cpu runs; building either needs no GPU).
+#
+# Both flavours stand on the data and launcher images' base, python:3.11.11-slim-bookworm, so
+# all images share one Python and the CPU flavour checks the GPU flavour's MPI, sshd and
+# Horovod layers. The GPU flavour takes CUDA 12.3, cuDNN 8.9 and NCCL 2.19 once, as the
+# `tensorflow[and-cuda]==2.17.1` wheels TensorFlow pins (NVIDIA's CUDA 12.3 images ship cuDNN 9,
+# which TensorFlow 2.17 cannot load, and an NCCL they hold at another version); the driver
+# comes from the node (NVIDIA container toolkit). Only Horovod's build stage adds nvcc and the
+# static CUDA runtime, from NVIDIA's Debian 12 repository; Horovod links the NCCL wheel.
+# OpenMPI is Debian 12's 4.1 (4.1.4), not 5: mpi-operator's hostfile settings are ignored by 5.
+# Pin the base by digest for byte-reproducible builds (`docker buildx imagetools inspect`).
+ARG BASE=python:3.11.11-slim-bookworm
 
-FROM nvidia/cuda:${CUDA}-devel-${UBUNTU} AS build
-ARG NCCL
-ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN apt-get update && apt-get install -y --no-install-recommends \
-        python3.11 python3.11-dev python3.11-venv g++ make cmake git \
-        openmpi-bin libopenmpi-dev libnccl2=${NCCL} libnccl-dev=${NCCL} \
+FROM ${BASE} AS build
+ARG FLAVOUR=gpu
+ARG CUDA_REPO=https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64
+ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/venv/bin:$PATH
+RUN test "$FLAVOUR" = gpu || test "$FLAVOUR" = cpu || { echo "FLAVOUR must be gpu or cpu"; exit 1; }
+RUN apt-get update && apt-get install -y --no-install-recommends g++ make cmake libopenmpi-dev \
+ && if [ "$FLAVOUR" = gpu ]; then \
+      python -c "import urllib.request as u; u.urlretrieve('$CUDA_REPO/cuda-keyring_1.1-1_all.deb', '/tmp/keyring.deb')" \
+      && dpkg -i /tmp/keyring.deb && apt-get update \
+      && apt-get install -y --no-install-recommends cuda-nvcc-12-3 cuda-cudart-dev-12-3; \
+    fi \
  && rm -rf /var/lib/apt/lists/*
-RUN python3.11 -m venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH
 COPY requirements.lock /tmp/
-# The lock pins tensorflow-cpu; the GPU build of the same version brings its CUDA libraries.
-RUN pip install "pip<25" setuptools wheel \
- && pip install -c /tmp/requirements.lock "tensorflow[and-cuda]==2.17.1"
-RUN HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_TENSORFLOW=1 \
-    HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-    HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_LINK=SHARED HOROVOD_CUDA_HOME=/usr/local/cuda \
-    MAKEFLAGS=-j4 \
+# The lock pins tensorflow-cpu; the GPU flavour installs the same version with its CUDA wheels.
+RUN python -m venv /opt/venv \
+ && pip install "pip<25" setuptools wheel \
+ && if [ "$FLAVOUR" = gpu ]; then tf="tensorflow[and-cuda]==2.17.1"; else tf="tensorflow-cpu==2.17.1"; fi \
+ && pip install -c /tmp/requirements.lock "$tf"
+# Horovod is built against the installed TensorFlow with the system cmake (PyPI's cmake 4.x
+# breaks Horovod's bundled gloo); only its wheel goes to the final image.
+RUN if [ "$FLAVOUR" = gpu ]; then \
+      nccl=$(python -c "import nvidia.nccl as m; print(m.__path__[0])") \
+      && ln -sf libnccl.so.2 "$nccl/lib/libnccl.so" \
+      && export HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_HOME="$nccl" HOROVOD_NCCL_LINK=SHARED \
+         HOROVOD_CUDA_HOME=/usr/local/cuda-12.3; \
+    fi \
+ && HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_TENSORFLOW=1 \
+    HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$(nproc)" \
     pip wheel --no-build-isolation --no-deps -w /wheels horovod==0.28.1
 
-FROM nvidia/cuda:${CUDA}-runtime-${UBUNTU}
-ARG NCCL
+FROM ${BASE}
+ARG FLAVOUR=gpu
+# HOME: horovodrun (~/.horovod) and Keras (~/.keras) write there, and an arbitrary uid
+# (`docker run --user`) has home / (ssh and sshd take mpiuser's keys from its passwd entry).
+# LD_LIBRARY_PATH: Horovod finds the NCCL wheel's library (GPU flavour; absent in the CPU one).
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH \
-    TF_CPP_MIN_LOG_LEVEL=1
-RUN apt-get update && apt-get install -y --no-install-recommends \
-        python3.11 python3.11-venv openmpi-bin libnccl2=${NCCL} openssh-server openssh-client \
- && rm -rf /var/lib/apt/lists/*
-
+    TF_CPP_MIN_LOG_LEVEL=1 HOME=/tmp \
+    LD_LIBRARY_PATH=/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib
 # mpi-operator's non-root layout: user mpiuser (uid 1000, as in manifests/base/mpijob.yaml),
 # keys mounted by the operator at /home/mpiuser/.ssh (sshAuthMountPath), sshd on port 2222
 # with a pid file and host key the user owns, and the client told to use that port.
-RUN useradd --create-home --uid 1000 --shell /bin/bash mpiuser \
+RUN apt-get update && apt-get install -y --no-install-recommends \
+        openmpi-bin openssh-server openssh-client \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --create-home --uid 1000 --shell /bin/bash mpiuser \
  && printf '%s\n' 'PidFile /home/mpiuser/sshd.pid' 'HostKey /home/mpiuser/.ssh/id_rsa' \
         'StrictModes no' 'Port 2222' > /home/mpiuser/.sshd_config \
  && printf '%s\n' 'Host *' '    Port 2222' '    StrictHostKeyChecking no' \
@@ -53,10 +73,14 @@ COPY --from=build /opt/venv /opt/venv
 COPY --from=build /wheels /wheels
 COPY requirements.lock pyproject.toml README.md /build/
 COPY src /build/src
-RUN pip install --no-deps /wheels/horovod-*.whl \
- && pip install -c /build/requirements.lock /build \
- && for part in TensorFlow MPI Gloo NCCL; do \
-      horovodrun --check-build | grep -q "\[X\] $part" || { echo "horovod lacks $part"; exit 1; }; \
+# Horovod's own dependencies (PyYAML, cloudpickle, psutil, ...) come under the lock's pins;
+# `pip check` fails the build on any missing or conflicting one.
+RUN pip install -c /build/requirements.lock /wheels/horovod-*.whl /build \
+ && pip check \
+ && build=$(horovodrun --check-build) && echo "$build" \
+ && parts="TensorFlow MPI Gloo" && if [ "$FLAVOUR" = gpu ]; then parts="$parts NCCL"; fi \
+ && for part in $parts; do \
+      echo "$build" | grep -q "\[X\] $part" || { echo "horovod lacks $part"; exit 1; }; \
     done \
  && rm -rf /build /wheels
 

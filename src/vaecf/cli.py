@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 
@@ -23,6 +24,24 @@ STAGES = {
     "launch-mpijob": "Run training as a Kubeflow MPIJob and wait for it.",
     "demo": "Run every stage on this machine on synthetic data.",
 }
+
+# The heavy third-party module a stage imports and the image that has it. The slim images lack
+# some (the data image has no TensorFlow): they neither list those stages nor crash on them.
+NEEDS = {
+    "train": ("tensorflow", "vaecf-train"),
+    "evaluate": ("tensorflow", "vaecf-train"),
+    "recommend": ("tensorflow", "vaecf-train"),
+    "benchmark": ("tensorflow", "vaecf-train"),
+    "report": ("matplotlib", "vaecf-launcher"),
+    "launch-mpijob": ("kubernetes", "vaecf-launcher"),
+    "demo": ("tensorflow", "a development install (make install)"),
+}
+
+
+def runnable(stage: str) -> bool:
+    """Whether this installation has the stage's heavy dependency (found without importing it)."""
+    module = NEEDS.get(stage, ("vaecf", ""))[0]
+    return importlib.util.find_spec(module) is not None
 
 
 def stage_module(stage: str) -> str:
@@ -53,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print("usage: vaecf <stage> [--help] ...\n\nstages:")
         for name, summary in STAGES.items():
-            print(f"  {name:<14} {summary}")
+            if runnable(name):
+                print(f"  {name:<14} {summary}")
         return 0
     if argv and argv[0] == "--version":
         import vaecf
@@ -63,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in STAGES:  # the stages' convention: one line, exit 1
         given = f"unknown stage '{argv[0]}'" if argv else "no stage given"
         print(f"vaecf: error: {given} (one of: {', '.join(STAGES)})", file=sys.stderr)
+        return 1
+    if not runnable(argv[0]):
+        module_name, image = NEEDS[argv[0]]
+        print(f"vaecf: error: stage '{argv[0]}' needs {module_name}, which this image lacks; "
+              f"run it in {image}", file=sys.stderr)
         return 1
     quiet_tensorflow()
     module = importlib.import_module(stage_module(argv[0]))

@@ -57,7 +57,14 @@ def overlay(name: str) -> dict[str, Any]:
     assert patch["target"] == {"group": "kubeflow.org", "version": "v2beta1",
                                "kind": "MPIJob", "name": "vaecf-train"}
     base = yaml.safe_load((MANIFESTS / "mpijob.yaml").read_text())
-    return json_patch(base, yaml.safe_load((directory / patch["path"]).read_text()))
+    job = json_patch(base, yaml.safe_load((directory / patch["path"]).read_text()))
+    for image in kustomization.get("images", []):  # kustomize's image transformer
+        for role in job["spec"]["mpiReplicaSpecs"].values():
+            for container in role["template"]["spec"]["containers"]:
+                name, _, tag = container["image"].rpartition(":")
+                if name == image["name"]:
+                    container["image"] = f"{image.get('newName', name)}:{image.get('newTag', tag)}"
+    return job
 
 
 def params(**change: Any) -> render.MPIJobParams:
@@ -225,3 +232,11 @@ def test_kustomizations_reference_existing_files() -> None:
     assert all((MANIFESTS / "base" / r).is_file() for r in base["resources"])
     assert (MANIFESTS / "mpijob.yaml").resolve() == (MANIFESTS / "base" / "mpijob.yaml")
     assert render.default_template().resolve() == (MANIFESTS / "base" / "mpijob.yaml")
+
+
+def test_cpu_overlay_runs_the_cpu_flavour_of_the_train_image() -> None:
+    for role in ("Launcher", "Worker"):
+        (container,) = pod(JOBS["overlay-cpu"], role)["containers"]
+        assert container["image"] == "ghcr.io/vaecf/vaecf-train-cpu:0.1.0"
+        (container,) = pod(JOBS["overlay-gpu"], role)["containers"]
+        assert container["image"] == "ghcr.io/vaecf/vaecf-train:0.1.0"

@@ -287,9 +287,13 @@ def test_make_push_records_digests_that_make_pipeline_pins(tmp_path) -> None:
     assert json.loads(digests.read_text()) == {"data": DIGEST, "train": DIGEST,
                                                "launcher": DIGEST}
     lines = calls.read_text().splitlines()
-    assert [line.split()[0] for line in lines] == ["build"] * 3 + ["push", "image"] * 3
+    assert [line.split()[0] for line in lines] == ["build"] * 4 + ["push", "image"] * 3 + ["push"]
     assert lines[0].startswith("build -f docker/data.Dockerfile -t "
                                "registry.example/ml/vaecf-data:2.0")
+    # The CPU flavour of the train image (manifests/overlays/cpu) is built and pushed by tag.
+    assert lines[3] == ("build -f docker/train.Dockerfile --build-arg FLAVOUR=cpu "
+                        "-t registry.example/ml/vaecf-train-cpu:2.0 .")
+    assert lines[-1] == "push registry.example/ml/vaecf-train-cpu:2.0"
     spec = next(yaml.safe_load_all(output.read_text()))
     images = {container(spec, task)["image"] for task in ORDER}
     assert images == {f"registry.example/ml/vaecf-{n}@{DIGEST}" for n in ("data", "train",

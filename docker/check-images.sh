@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# Builds the data, launcher and CPU train images with buildah (no Docker daemon, no registry)
+# and runs them: a data stage under an arbitrary uid, `vaecf launch-mpijob --help`,
+# `horovodrun --check-build` and `horovodrun -np 2` of a short `vaecf train` on a tiny
+# synthetic split that the data image made. Run by `make image-check`; needs root (buildah's
+# storage, debootstrap) and installs its own prerequisites with apt-get on Debian.
+#
+# The pinned base python:3.11.11-slim-bookworm cannot be pulled here (no registry), so a
+# stand-in of the same name is bootstrapped with debootstrap. It differs from the real base:
+#   - Python is Debian 12's python3.11 (3.11.2 in /usr/bin, linked from /usr/local/bin/python,
+#     python3, python3.11, pip, pip3), not 3.11.11 built from source in /usr/local;
+#   - pip is Debian's python3-pip 23.0.1 (with Debian's setuptools and wheel in
+#     /usr/lib/python3/dist-packages), not pip 24.0; Debian's EXTERNALLY-MANAGED marker is
+#     removed, as the real base has none;
+#   - it is a debootstrap minbase (apt, dpkg, coreutils, ...) plus ca-certificates, netbase
+#     and tzdata, close to debian:bookworm-slim but not its exact package set and trimmed files;
+#   - it carries this host's CA bundle (/etc/ssl/host-ca-bundle.crt) and an /etc/pip.conf
+#     that makes pip trust it, so that pip inside the builds reaches PyPI through a proxy that
+#     intercepts TLS the way the host's pip does; the real base has neither.
+# The images' own layers are built from the unchanged Dockerfiles.
+#
+# Environment: STORAGE_DRIVER (overlay where the kernel allows it, else vfs), CHECK_DIR
+# (work files and the cached base tarball; default build/image-check), DEBIAN_MIRROR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BASE=docker.io/library/python:3.11.11-slim-bookworm
+TAG=check
+CHECK_DIR=${CHECK_DIR:-$PWD/build/image-check}
+MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+RUN_UID=4242:4242  # any uid the images do not know
+start=$(date +%s)
+
+say() { echo "image-check [$(( $(date +%s) - start ))s]: $*"; }
+fail() { echo "image-check: FAILED: $*" >&2; exit 1; }
+
+install_prerequisites() {
+  local missing=()
+  command -v buildah >/dev/null || missing+=(buildah)
+  command -v debootstrap >/dev/null || missing+=(debootstrap)
+  [ ${#missing[@]} -eq 0 ] && return
+  say "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+pick_storage_driver() {
+  [ -n "${STORAGE_DRIVER:-}" ] && return
+  local t
+  t=$(mktemp -d)
+  mkdir "$t"/{l,u,w,m}
+  if mount -t overlay overlay -o "lowerdir=$t/l,upperdir=$t/u,workdir=$t/w" "$t/m" 2>/dev/null; then
+    umount "$t/m"; STORAGE_DRIVER=overlay
+  else
+    STORAGE_DRIVER=vfs
+  fi
+  rm -rf "$t"
+  export STORAGE_DRIVER
+}
+
+# The stand-in base (see the header). The debootstrap tarball is cached in CHECK_DIR.
+stand_in_base() {
+  if buildah inspect --type image "$BASE" >/dev/null 2>&1; then
+    say "stand-in $BASE exists"; return
+  fi
+  local tarball=$CHECK_DIR/bookworm-python3.11.tar root
+  if [ ! -f "$tarball" ]; then
+    say "debootstrap bookworm with python3.11"
+    root=$(mktemp -d)
+    debootstrap --variant=minbase \
+      --include=python3.11,python3.11-venv,python3-pip,ca-certificates,netbase,tzdata \
+      bookworm "$root" "$MIRROR" > "$CHECK_DIR/debootstrap.log" 2>&1 \
+      || { tail -n 20 "$CHECK_DIR/debootstrap.log"; fail "debootstrap"; }
+    for name in python python3 python3.11; do ln -s /usr/bin/python3.11 "$root/usr/local/bin/$name"; done
+    for name in pip pip3; do ln -s /usr/bin/pip3 "$root/usr/local/bin/$name"; done
+    rm -f "$root"/usr/lib/python3.11/EXTERNALLY-MANAGED
+    cp "${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}" "$root/etc/ssl/host-ca-bundle.crt"
+    printf '[global]\ncert = /etc/ssl/host-ca-bundle.crt\n' > "$root/etc/pip.conf"
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+    tar -C "$root" -cf "$tarball.part" . && mv "$tarball.part" "$tarball"
+    rm -rf "$root"
+  fi
+  say "importing the stand-in as $BASE"
+  local ctr
+  ctr=$(buildah from scratch)
+  buildah add -q "$ctr" "$tarball" / >/dev/null
+  buildah config --env PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --env LANG=C.UTF-8 --cmd python3 "$ctr"
+  buildah commit -q --rm "$ctr" "$BASE" >/dev/null
+}
+
+build() {  # build NAME DOCKERFILE [ARGS...]: logs to CHECK_DIR/NAME.log
+  local name=$1 file=$2
+  shift 2
+  if ! buildah bud --isolation chroot --pull=never --layers=false -f "$file" "$@" \
+      -t "vaecf-$name:$TAG" . > "$CHECK_DIR/build-$name.log" 2>&1; then
+    tail -n 40 "$CHECK_DIR/build-$name.log"; fail "building vaecf-$name (log: $CHECK_DIR/build-$name.log)"
+  fi
+  say "built vaecf-$name:$TAG"
+}
+
+# One working container per image for all its checks (each `buildah from` is a full copy of
+# the image with the vfs driver); removed on exit.
+declare -A CONTAINERS=()
+remove_containers() {
+  local ctr
+  for ctr in "${CONTAINERS[@]}"; do buildah rm "$ctr" >/dev/null || true; done
+}
+open_containers() {
+  local image
+  trap remove_containers EXIT
+  for image in data launcher train-cpu; do
+    CONTAINERS[$image]=$(buildah from --pull=never "vaecf-$image:$TAG")
+  done
+}
+
+# in_image IMAGE USER CMD...: runs CMD in IMAGE's container with CHECK_DIR/data at /data.
+in_image() {
+  local image=$1 user=$2
+  shift 2
+  buildah run --isolation chroot --user "$user" -v "$CHECK_DIR/data:/data" \
+    "${CONTAINERS[$image]}" -- "$@"
+}
+
+check_data() {
+  rm -rf "$CHECK_DIR/data"
+  mkdir -p "$CHECK_DIR/data"
+  chown "$RUN_UID" "$CHECK_DIR/data"
+  say "data stages as uid $RUN_UID"
+  in_image data "$RUN_UID" vaecf download --dataset synthetic --synthetic-users 300 \
+    --synthetic-items 120 --output /data/raw
+  in_image data "$RUN_UID" vaecf preprocess --input /data/raw --output /data/interactions
+  in_image data "$RUN_UID" vaecf split --input /data/interactions --output /data/split
+  [ "$(stat -c %u "$CHECK_DIR/data/split")" = "${RUN_UID%%:*}" ] || fail "split not owned by $RUN_UID"
+  local out err
+  out=$(in_image data "$RUN_UID" vaecf --help)
+  grep -q '^  split ' <<< "$out" || fail "data image's help lacks split"
+  ! grep -qE '^  (train|report|launch-mpijob) ' <<< "$out" || fail "data image lists stages it cannot run: $out"
+  # buildah adds its own lines to stderr; the stage's own stderr is taken from stdout.
+  err=$(in_image data "$RUN_UID" sh -c 'vaecf train --help 2>&1' 2>/dev/null) \
+    && fail "train ran in the data image"
+  [ "$(wc -l <<< "$err")" = 1 ] && grep -q 'vaecf-train' <<< "$err" \
+    || fail "train in the data image should fail with one line naming vaecf-train: $err"
+  in_image data "$RUN_UID" sh -c 'test ! -e /build && ! pip list 2>/dev/null | grep -qiE "^(tensorflow|keras|kfp) "' \
+    || fail "data image holds build files or TensorFlow"
+}
+
+check_launcher() {
+  say "launcher as uid $RUN_UID"
+  in_image launcher "$RUN_UID" vaecf launch-mpijob --help > /dev/null
+  local err
+  err=$(in_image launcher "$RUN_UID" python -c 'import matplotlib.pyplot' 2>&1)
+  [ -z "$err" ] || fail "matplotlib under uid $RUN_UID: $err"
+}
+
+check_train() {
+  say "train-cpu: horovodrun --check-build"
+  local build
+  build=$(in_image train-cpu 1000:1000 horovodrun --check-build)
+  echo "$build"
+  for part in TensorFlow MPI Gloo; do
+    grep -q "\[X\] $part" <<< "$build" || fail "horovod in vaecf-train-cpu lacks $part"
+  done
+  say "train-cpu: horovodrun -np 2 vaecf train (MPI) as uid $RUN_UID"
+  in_image train-cpu "$RUN_UID" horovodrun -np 2 --mpi vaecf train --split /data/split \
+    --output /data/model --epochs 2 --batch-size 64 --hidden 32 --latent 8 \
+    --expect-world-size 2
+  [ -n "$(ls -A "$CHECK_DIR/data/model")" ] || fail "train wrote no model"
+}
+
+main() {
+  [ "$(id -u)" = 0 ] || fail "run as root (buildah storage, debootstrap, chown)"
+  install_prerequisites
+  pick_storage_driver
+  mkdir -p "$CHECK_DIR"
+  say "storage driver $STORAGE_DRIVER"
+  stand_in_base
+  # The train image compiles Horovod (CPU-bound) while the others mostly download.
+  build train-cpu docker/train.Dockerfile --build-arg FLAVOUR=cpu &
+  local train=$!
+  build data docker/data.Dockerfile
+  build launcher docker/launcher.Dockerfile
+  wait "$train" || fail "train-cpu build"
+  buildah images --filter "reference=vaecf-*:$TAG"
+  open_containers
+  check_data
+  check_launcher
+  check_train
+  say "all images built and ran"
+}
+
+main "$@"
