@@ -34,7 +34,7 @@ def make_split(root: Path) -> Path:
 
 def publish_model(uri: str) -> None:
     """What ``vaecf train`` leaves in object storage when it succeeds."""
-    with publish(uri) as staging:
+    with publish(uri, "train_manifest.json") as staging:
         (staging / "saved_model").mkdir()
         (staging / "saved_model" / "saved_model.pb").write_bytes(b"graph")
         (staging / "train_log.jsonl").write_text('{"epoch": 1}\n')

@@ -12,6 +12,8 @@ import pytest
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, open_input_file, publish, read_manifest, storage, write_manifest
 
+TOY = "toy_manifest.json"
+
 
 def _write_stage(staging: Path, payload: bytes) -> None:
     (staging / "data.bin").write_bytes(payload)
@@ -23,7 +25,7 @@ def _write_stage(staging: Path, payload: bytes) -> None:
 def test_s3_round_trip_with_multipart(s3_bucket: str, tmp_path: Path) -> None:
     payload = os.urandom(9 * 1024 * 1024 + 17)  # above the 8 MiB multipart threshold
     uri = f"s3://{s3_bucket}/runs/one"
-    with publish(uri) as staging:
+    with publish(uri, TOY) as staging:
         _write_stage(staging, payload)
     keys = storage.list_keys(uri)
     assert keys == ["_SUCCESS", "data.bin", "sub/x.txt", "toy_manifest.json"]
@@ -46,32 +48,34 @@ def test_s3_missing_key(s3_bucket: str, tmp_path: Path) -> None:
         storage.download_file(f"s3://{s3_bucket}/nope.zip", tmp_path / "x")
 
 
-def test_s3_republish_removes_stale_objects(s3_bucket: str) -> None:
+def test_s3_republish_removes_the_previous_outputs_objects(s3_bucket: str) -> None:
     uri = f"s3://{s3_bucket}/out"
-    with publish(uri) as staging:
+    with publish(uri, TOY) as staging:
         (staging / "old.txt").write_text("old")
-    with publish(uri) as staging:
+        write_manifest(staging, "toy", inputs={}, parameters={}, counts={}, started=0.0)
+    with publish(uri, TOY) as staging:
         (staging / "new.txt").write_text("new")
-    assert storage.list_keys(uri) == ["_SUCCESS", "new.txt"]
+        write_manifest(staging, "toy", inputs={}, parameters={}, counts={}, started=0.0)
+    assert storage.list_keys(uri) == ["_SUCCESS", "new.txt", TOY]
 
 
 def test_s3_missing_bucket_fails_before_work(s3_bucket: str) -> None:
     ran = False
-    with pytest.raises(VaecfError, match="no-such-bucket"), publish("s3://no-such-bucket/x"):
+    with pytest.raises(VaecfError, match="no-such-bucket"), publish("s3://no-such-bucket/x", TOY):
         ran = True
     assert not ran
 
 
 def test_local_publish_is_atomic(tmp_path: Path) -> None:
     target = tmp_path / "out"
-    with pytest.raises(RuntimeError), publish(str(target)) as staging:
+    with pytest.raises(RuntimeError), publish(str(target), TOY) as staging:
         (staging / "partial").write_text("half")
         raise RuntimeError("killed")
     assert not target.exists()
     assert list(tmp_path.iterdir()) == []
-    with publish(str(target)) as staging:
+    with publish(str(target), TOY) as staging:
         _write_stage(staging, b"abc")
-    with publish(str(target)) as staging:  # replacing an older output
+    with publish(str(target), TOY) as staging:  # replacing an older output
         _write_stage(staging, b"def")
     assert (target / "data.bin").read_bytes() == b"def"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
@@ -80,12 +84,12 @@ def test_local_publish_is_atomic(tmp_path: Path) -> None:
 def test_unwritable_output(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(VaecfError, match="not writable"), publish(str(blocker / "out")):
+    with pytest.raises(VaecfError, match="not writable"), publish(str(blocker / "out"), TOY):
         pass
 
 
 def test_manifest_detects_tampering(tmp_path: Path) -> None:
-    with publish(str(tmp_path / "out")) as staging:
+    with publish(str(tmp_path / "out"), TOY) as staging:
         _write_stage(staging, b"abc")
     out = tmp_path / "out"
     (out / "data.bin").write_bytes(b"abd")
@@ -99,7 +103,7 @@ def test_manifest_detects_tampering(tmp_path: Path) -> None:
 def test_manifest_is_deterministic_but_for_run(tmp_path: Path) -> None:
     docs = []
     for name in ("a", "b"):
-        with publish(str(tmp_path / name)) as staging:
+        with publish(str(tmp_path / name), TOY) as staging:
             _write_stage(staging, b"same")
         doc = json.loads((tmp_path / name / "toy_manifest.json").read_text())
         doc.pop("run")

@@ -110,13 +110,20 @@ def check_bucket(uri: str) -> None:
         raise _describe(err, uri) from err
 
 
-def upload_dir(local: Path, uri: str) -> None:
-    """Publish a directory under an S3 prefix: objects first, ``_SUCCESS`` last.
+def upload_dir(local: Path, uri: str, first: str | None = None) -> None:
+    """Publish a directory under an S3 prefix: ``first`` (the manifest), the other objects,
+    ``_SUCCESS`` last.
 
     The old marker is removed before anything is written, so a reader never sees a marker
-    beside a half-replaced prefix; stale objects of an earlier publish are deleted.
+    beside a half-replaced prefix. With the manifest first, a prefix left by a killed publish
+    holds only objects its manifest lists, which the output-location rule recognises; the
+    caller has checked that every object already there belongs to the previous output, so
+    those the new one does not have are deleted.
     """
     files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+    if first in files:
+        files.remove(first)
+        files.insert(0, first)
     existing = set(list_keys(uri))
     if SUCCESS_MARKER in existing:
         delete_keys(uri, [SUCCESS_MARKER])

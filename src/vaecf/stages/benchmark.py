@@ -14,7 +14,7 @@ from dataclasses import asdict
 
 from vaecf import log
 from vaecf.errors import VaecfError
-from vaecf.io import publish, write_manifest
+from vaecf.io import manifest_name, publish, write_manifest
 from vaecf.stages import new_parser, run_stage, seed
 
 STAGE = "benchmark"
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             repeats=args.repeats, target_ndcg=args.target_ndcg,
             synthetic_users=args.synthetic_users, synthetic_items=args.synthetic_items,
             seed=args.seed)
-        with publish(args.output) as staging:
+        with publish(args.output, manifest_name(STAGE), [args.split]) as staging:
             result = run_benchmark(config, staging)
             if not any(run["status"] == "ok" for run in result["runs"]):
                 first = result["runs"][0]

@@ -10,7 +10,7 @@ from vaecf import log
 from vaecf.data.datasets import DATASETS, get_dataset
 from vaecf.data.download import SyntheticSize, download_dataset, inspect_download
 from vaecf.errors import VaecfError
-from vaecf.io import publish, write_manifest
+from vaecf.io import manifest_name, publish, write_manifest
 from vaecf.stages import new_parser, run_stage, seed
 
 STAGE = "download"
@@ -52,7 +52,7 @@ def run(config: DownloadConfig) -> None:
         raise VaecfError("--source: the synthetic dataset is generated, not downloaded")
     started = time.monotonic()
     size = SyntheticSize(config.synthetic_users, config.synthetic_items, config.seed)
-    with publish(config.output) as staging:
+    with publish(config.output, manifest_name(STAGE), [config.source]) as staging:
         records = download_dataset(dataset, config.source, staging, synthetic=size)
         where = config.source or ", ".join(f.url for f in dataset.files) or dataset.name
         contents = inspect_download(dataset, staging, [r["name"] for r in records], where)

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from vaecf.baselines import BASELINES, DEFAULT_LAMBDA, Ease, Popularity
 from vaecf.data.splits import HELDOUT_SPLITS, Split, load_split, save_parquet
 from vaecf.errors import VaecfError
-from vaecf.io import open_input, publish, write_manifest
+from vaecf.io import manifest_name, open_input, publish, write_manifest
 from vaecf.log import info
 from vaecf.metrics import Evaluation, TopK, evaluate
 from vaecf.metrics.evaluation import ScoreBatch
@@ -92,7 +92,9 @@ def run(config: EvaluateConfig) -> dict[str, object]:
     """Evaluate and publish; returns the content of ``metrics.json``."""
     started = time.monotonic()
     with ExitStack() as stack:
-        output = stack.enter_context(publish(config.output))
+        model = None if config.model in BASELINES else config.model
+        output = stack.enter_context(publish(config.output, manifest_name(STAGE),
+                                             [config.split, model]))
         split = load_split(stack.enter_context(open_input(config.split)))
         fold_in, holdout = split.heldout(config.subset)
         results: dict[str, Evaluation] = {}

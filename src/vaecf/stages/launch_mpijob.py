@@ -14,7 +14,7 @@ from pathlib import Path
 
 from vaecf import log
 from vaecf.errors import VaecfError
-from vaecf.io import open_input, publish, read_manifest, storage
+from vaecf.io import manifest_name, open_input, publish, read_manifest, storage
 from vaecf.k8s import client, mpijob, render
 from vaecf.stages import new_parser, run_stage, seed
 
@@ -88,7 +88,7 @@ def launch(args: argparse.Namespace) -> None:
                         params)
     check_split(args.split)
     storage.check_bucket(params.model_uri)
-    with publish(args.output) as staging:
+    with publish(args.output, manifest_name("train"), [args.split]) as staging:
         run = mpijob.MPIJobRun(client.api_client(), params.namespace, params.name)
         with mpijob.delete_on_cancel(run):
             if not storage.is_s3(args.split) and not run.exists():

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from vaecf import log
 from vaecf.data.datasets import get_dataset, release_of
@@ -19,7 +17,14 @@ from vaecf.data.preprocess import (
 )
 from vaecf.data.readers import layout_of, read_raw
 from vaecf.errors import VaecfError
-from vaecf.io import open_input, publish, read_manifest, write_manifest
+from vaecf.io import (
+    manifest_name,
+    open_input,
+    publish,
+    read_manifest,
+    scratch,
+    write_manifest,
+)
 from vaecf.stages import new_parser, run_stage
 
 STAGE = "preprocess"
@@ -56,15 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(config: PreprocessConfig) -> None:
     started = time.monotonic()
-    with publish(config.output) as staging, open_input(config.input) as raw_dir:
+    with (publish(config.output, manifest_name(STAGE), [config.input]) as staging,
+          open_input(config.input) as raw_dir):
         download = read_manifest(raw_dir, "download")
         try:
             dataset = get_dataset(download["dataset"])
             names = [record["name"] for record in download["downloads"]]
         except (KeyError, TypeError) as err:
             raise VaecfError(f"{raw_dir}/download_manifest.json: missing field {err}") from None
-        with tempfile.TemporaryDirectory(prefix="vaecf-extract-") as scratch:
-            raw = read_raw(dataset.reader, raw_dir, names, Path(scratch))
+        with scratch(staging) as extracted:
+            raw = read_raw(dataset.reader, raw_dir, names, extracted)
         log.info(f"{dataset.name}: read {len(raw.user_id):,} rows from {len(raw.files)} file(s)")
         files_read = list(raw.files)
         result = preprocess(raw, config.filters)

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from vaecf import log
 from vaecf.data.splits import save_parquet
 from vaecf.errors import VaecfError
-from vaecf.io import open_input, publish, read_manifest, write_manifest
+from vaecf.io import manifest_name, open_input, publish, read_manifest, write_manifest
 from vaecf.stages import new_parser, run_stage
 
 STAGE = "recommend"
@@ -151,7 +151,8 @@ def _body(args: argparse.Namespace) -> None:
     if args.top_k < 1:
         raise VaecfError(f"--top-k {args.top_k}: expected a positive integer")
     pairs = read_pairs(Path(args.input))
-    with publish(args.output) as staging, open_input(args.model) as model_dir:
+    with (publish(args.output, manifest_name(STAGE), [args.model, args.input]) as staging,
+          open_input(args.model) as model_dir):
         item_ids = model_item_ids(model_dir)
         if args.top_k > item_ids.size:
             raise VaecfError(f"--top-k {args.top_k}: the model scores {item_ids.size:,} items "

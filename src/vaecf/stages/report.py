@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from vaecf import log
-from vaecf.io import publish, write_manifest
+from vaecf.io import manifest_name, publish, write_manifest
 from vaecf.stages import new_parser, run_stage
 
 STAGE = "report"
@@ -50,7 +50,9 @@ def run(config: ReportConfig) -> None:
     inputs = load_inputs(train_log=config.train_log, metrics=config.metrics,
                          benchmark=config.benchmark, manifests=list(config.manifests),
                          reference=config.reference)
-    with publish(config.output) as staging:
+    sources = [config.train_log, config.metrics, config.benchmark, config.reference,
+               *config.manifests]
+    with publish(config.output, manifest_name(STAGE), sources) as staging:
         data = build.write(staging, inputs)
         write_manifest(staging, STAGE, inputs=inputs.sources,
                        parameters={"reference": config.reference},

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from vaecf import log
 from vaecf.data.split import SplitConfig, split_interactions, write_split
 from vaecf.errors import VaecfError
-from vaecf.io import open_input, publish, read_manifest
+from vaecf.io import manifest_name, open_input, publish, read_manifest
 from vaecf.stages import new_parser, run_stage, seed
 
 STAGE = "split"
@@ -74,7 +74,8 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def run(input_uri: str, output: str, protocol: str, args: argparse.Namespace) -> None:
     started = time.monotonic()
-    with publish(output) as staging, open_input(input_uri) as source:
+    with (publish(output, manifest_name("dataset"), [input_uri]) as staging,
+          open_input(input_uri) as source):
         manifest = read_manifest(source, "preprocess", required=["interactions.parquet"])
         dataset = str(manifest.get("dataset", "unknown"))
         config = SplitStageConfig(input_uri, output, protocol, SplitConfig(

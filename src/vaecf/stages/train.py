@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from vaecf.errors import VaecfError
-from vaecf.io import is_s3
+from vaecf.io import check_output, is_s3, manifest_name
 from vaecf.stages import finite_non_negative, finite_positive, new_parser, run_stage, seed
 from vaecf.train.config import PRECISIONS, TrainConfig
 
@@ -113,6 +113,7 @@ def check_checkpoint_dir(directory: str) -> None:
 def _body(args: argparse.Namespace) -> None:
     config = config_from_args(args)
     check_checkpoint_dir(config.checkpoint_dir)
+    check_output(config.output, manifest_name(STAGE), config.inputs)
     from vaecf.train.run import train  # TensorFlow is imported only when training runs
 
     train(config)

@@ -62,6 +62,11 @@ class TrainConfig:
         """The Keras dtype policy name of ``precision``."""
         return "float32" if self.precision == "fp32" else self.precision
 
+    @property
+    def inputs(self) -> tuple[str, str]:
+        """What training reads, which its output may never replace or lie in."""
+        return (self.split, self.checkpoint_dir)
+
     def resolved(self, steps_per_epoch: int) -> TrainConfig:
         """This configuration with a default ``anneal_steps`` made concrete for the run.
 

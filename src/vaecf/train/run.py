@@ -19,7 +19,7 @@ import keras
 from vaecf import log
 from vaecf.data.splits import Split, load_split
 from vaecf.errors import VaecfError
-from vaecf.io import open_input, publish, write_manifest
+from vaecf.io import manifest_name, open_input, publish, write_manifest
 from vaecf.train import horovod as dist
 from vaecf.train.config import TrainConfig
 from vaecf.train.export import export
@@ -33,7 +33,9 @@ def train(config: TrainConfig) -> None:
     runtime = dist.start(config)
     try:
         with contextlib.ExitStack() as stack:
-            staging = stack.enter_context(publish(config.output)) if runtime.is_chief else None
+            staging = (stack.enter_context(publish(config.output, manifest_name("train"),
+                                                    config.inputs))
+                       if runtime.is_chief else None)
             split_dir = stack.enter_context(open_input(config.split))
             split = load_split(split_dir)
             _check_batch(config.batch_size, split.train.shape[0], config.split)

@@ -1,0 +1,284 @@
+"""The output-location rule, as a hostile user tries it: a stage publishes only into a new or
+empty location or over its own previous output, never over anything else, locally and on S3;
+concurrent publishers and killed runs leave no damage and no debris."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import boto3
+import pytest
+
+from vaecf.io import storage
+
+USERS_ITEMS = ("--synthetic-users", "300", "--synthetic-items", "120")
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real ``vaecf download`` output (small synthetic data); read-only."""
+    from vaecf.cli import main
+
+    out = tmp_path_factory.mktemp("raw") / "raw"
+    assert main(["download", "--dataset", "synthetic", *USERS_ITEMS, "--output", str(out)]) == 0
+    return out
+
+
+def tree(path: Path) -> dict[str, bytes]:
+    """Every file below ``path`` with its bytes (a snapshot to compare after a refusal)."""
+    return {p.relative_to(path).as_posix(): p.read_bytes()
+            for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def refused(result: tuple[int, str, str], stage: str, *expected: str) -> None:
+    code, _, err = result
+    assert code == 1, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"vaecf {stage}: error: ")
+    for text in expected:
+        assert text in err, err
+
+
+def test_an_existing_file_is_not_replaced(cli, raw: Path, tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    refused(cli("preprocess", "--input", raw, "--output", notes), "preprocess",
+            str(notes), "not a folder")
+    assert notes.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_folder_of_the_users_files_is_not_replaced(cli, raw: Path, tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "sub" / "thesis.txt").write_text("years of work")
+    refused(cli("preprocess", "--input", raw, "--output", f"{docs}/"), "preprocess",
+            "not empty and not a previous output with preprocess_manifest.json")
+    assert tree(docs) == {"sub/thesis.txt": b"years of work"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs"]
+
+
+def test_an_output_that_holds_the_input_is_refused(cli, raw: Path, tmp_path: Path) -> None:
+    proj = tmp_path / "proj"
+    assert cli("preprocess", "--input", raw, "--output", proj / "inter")[0] == 0
+    (proj / "mydocs").mkdir()
+    (proj / "mydocs" / "thesis.txt").write_text("mine")
+    before = tree(proj)
+    refused(cli("split", "--input", proj / "inter", "--output", proj), "split",
+            "would replace this stage's input")
+    assert tree(proj) == before
+
+
+@pytest.mark.parametrize("stage", ["preprocess", "split", "train", "recommend"])
+def test_output_equal_to_input_is_refused(cli, raw: Path, synthetic_split, tmp_path: Path,
+                                          stage: str) -> None:
+    if stage == "preprocess":
+        where = tmp_path / "raw"
+        assert cli("download", "--dataset", "synthetic", *USERS_ITEMS, "--output", where)[0] == 0
+        argv = ["--input", where, "--output", where]
+    elif stage == "split":
+        where = tmp_path / "inter"
+        assert cli("preprocess", "--input", raw, "--output", where)[0] == 0
+        argv = ["--input", where, "--output", where]
+    elif stage == "train":
+        where = tmp_path / "split"
+        assert cli("preprocess", "--input", raw, "--output", tmp_path / "inter")[0] == 0
+        assert cli("split", "--input", tmp_path / "inter", "--output", where)[0] == 0
+        argv = ["--split", where, "--output", where, "--epochs", "1"]
+    else:
+        where = tmp_path / "model"
+        split = synthetic_split()
+        assert cli("train", "--split", split, "--output", where, "--epochs", "1",
+                   "--batch-size", "100", "--hidden", "16", "--latent", "8")[0] == 0
+        users = tmp_path / "users.csv"
+        users.write_text("user_id,item_id\n1,3\n")
+        argv = ["--model", where, "--input", users, "--output", where]
+    before = tree(where)
+    refused(cli(stage, *argv), stage, "would replace this stage's input")
+    assert tree(where) == before
+
+
+@pytest.mark.parametrize("output", [".", "..", "./", "../"])
+def test_dot_and_dotdot_are_refused(cli, raw: Path, tmp_path: Path, monkeypatch,
+                                    output: str) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    refused(cli("preprocess", "--input", raw, "--output", output), "preprocess",
+            "never a stage's output")
+    assert list(work.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+
+
+def test_the_working_directory_by_name_is_refused(cli, raw: Path, tmp_path: Path,
+                                                  monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    refused(cli("preprocess", "--input", raw, "--output", tmp_path), "preprocess",
+            "working directory")
+
+
+def test_another_stages_output_is_refused(cli, raw: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other-raw"
+    assert cli("download", "--dataset", "synthetic", *USERS_ITEMS, "--output", other)[0] == 0
+    before = tree(other)
+    refused(cli("preprocess", "--input", raw, "--output", other), "preprocess",
+            "preprocess_manifest.json")
+    assert tree(other) == before
+
+
+def test_a_previous_output_is_replaced_but_not_with_a_users_file_in_it(
+        cli, raw: Path, tmp_path: Path) -> None:
+    out = tmp_path / "inter"
+    assert cli("preprocess", "--input", raw, "--output", out)[0] == 0
+    first = tree(out)
+    assert cli("preprocess", "--input", raw, "--output", out)[0] == 0  # its own: replaced
+    assert tree(out).keys() == first.keys()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inter"]  # no staging, lock or old
+    (out / "notes.txt").write_text("mine")
+    refused(cli("preprocess", "--input", raw, "--output", out), "preprocess", "not empty")
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_failed_run_creates_no_parent_folders(cli, tmp_path: Path) -> None:
+    missing_input = tmp_path / "nope"
+    code, _, _ = cli("preprocess", "--input", missing_input, "--output", tmp_path / "a/b/c")
+    assert code == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_successful_run_creates_the_parent_folders(cli, raw: Path, tmp_path: Path) -> None:
+    assert cli("preprocess", "--input", raw, "--output", tmp_path / "a/b/c")[0] == 0
+    assert sorted(p.name for p in (tmp_path / "a" / "b").iterdir()) == ["c"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+
+
+PUBLISHER = textwrap.dedent("""
+    import sys, time
+    from vaecf.errors import VaecfError
+    from vaecf.io import publish, scratch, write_manifest
+    try:
+        with publish(sys.argv[1], "toy_manifest.json") as staging, scratch(staging) as tmp:
+            (tmp / "extracted").write_bytes(b"x" * 1000)
+            (staging / "data.bin").write_text(sys.argv[2])
+            print("ready", flush=True)
+            time.sleep(float(sys.argv[3]))
+            write_manifest(staging, "toy", inputs={}, parameters={}, counts={}, started=0.0)
+    except VaecfError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+""")
+
+
+def publisher(target: Path, tag: str, seconds: float, env: dict[str, str]
+              ) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", PUBLISHER, str(target), tag, str(seconds)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def test_concurrent_publishers_one_wins_the_others_fail_with_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    for trial in range(4):
+        target = tmp_path / f"out{trial}"
+        processes = [publisher(target, str(n), 1.0, env) for n in range(3)]
+        results = [(p.wait(timeout=60), p.stdout.read(), p.stderr.read())  # type: ignore[union-attr]
+                   for p in processes]
+        winners = [n for n, (code, _, _) in enumerate(results) if code == 0]
+        assert len(winners) >= 1, results
+        for code, _, err in results:
+            assert code in (0, 1), err
+            if code == 1:
+                assert err.strip().splitlines() == [
+                    f"error: {target}: another vaecf stage is writing this output now; "
+                    "nothing was written"], err
+        assert (target / "data.bin").read_text() in {str(n) for n in winners}
+        assert json.loads((target / "toy_manifest.json").read_text())["stage"] == "toy"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"out{n}" for n in range(4)]
+
+
+def test_a_killed_publishers_debris_is_removed_by_the_next_run(tmp_path: Path) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    target = tmp_path / "out"
+    victim = publisher(target, "killed", 60.0, env)
+    assert victim.stdout.readline() == "ready\n"  # type: ignore[union-attr]
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=30)
+    debris = sorted(p.name for p in tmp_path.iterdir() if p.name != "tmp")
+    assert any(name.startswith(".out.staging-") for name in debris), debris
+    survivor = publisher(target, "second", 0.0, env)
+    assert survivor.wait(timeout=60) == 0, survivor.stderr.read()  # type: ignore[union-attr]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "tmp"]
+    assert (target / "data.bin").read_text() == "second"
+    assert list(temp.iterdir()) == []
+
+
+def test_an_s3_downloads_debris_is_removed_by_the_next_run(tmp_path: Path, s3_bucket: str
+                                                          ) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    uri = f"s3://{s3_bucket}/out"
+    victim = publisher(uri, "killed", 60.0, env)  # type: ignore[arg-type]
+    assert victim.stdout.readline() == "ready\n"  # type: ignore[union-attr]
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=30)
+    assert [p.name.split("-")[:2] for p in temp.iterdir()] == [["vaecf", "publish"]]
+    survivor = publisher(uri, "second", 0.0, env)  # type: ignore[arg-type]
+    assert survivor.wait(timeout=60) == 0, survivor.stderr.read()  # type: ignore[union-attr]
+    assert list(temp.iterdir()) == []
+    assert storage.list_keys(uri) == ["_SUCCESS", "data.bin", "toy_manifest.json"]
+
+
+@pytest.fixture()
+def s3_raw(cli, raw: Path, s3_bucket: str) -> str:
+    """The download output published under ``s3://<bucket>/run1/raw``."""
+    uri = f"s3://{s3_bucket}/run1/raw"
+    storage.upload_dir(raw, uri, first="download_manifest.json")
+    return uri
+
+
+def bucket_objects(bucket: str) -> dict[str, bytes]:
+    s3 = boto3.client("s3")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    return {k: s3.get_object(Bucket=bucket, Key=k)["Body"].read() for k in sorted(keys)}
+
+
+@pytest.mark.parametrize("output", ["s3://{b}", "s3://{b}/", "s3://{b}/run1",
+                                    "s3://{b}/run1/raw", "s3://{b}/run1/raw/inner",
+                                    "s3://{b}/foreign"])
+def test_s3_outputs_that_are_not_the_stages_own_are_refused(cli, s3_raw: str, s3_bucket: str,
+                                                           output: str) -> None:
+    boto3.client("s3").put_object(Bucket=s3_bucket, Key="foreign/keep.txt", Body=b"mine")
+    before = bucket_objects(s3_bucket)
+    refused(cli("preprocess", "--input", s3_raw, "--output", output.format(b=s3_bucket)),
+            "preprocess")
+    assert bucket_objects(s3_bucket) == before
+
+
+def test_s3_replacing_a_previous_output_deletes_only_its_objects(cli, s3_raw: str,
+                                                                 s3_bucket: str) -> None:
+    out = f"s3://{s3_bucket}/run1/inter"
+    assert cli("preprocess", "--input", s3_raw, "--output", out)[0] == 0
+    first = bucket_objects(s3_bucket)
+    assert cli("preprocess", "--input", s3_raw, "--output", out)[0] == 0
+    assert bucket_objects(s3_bucket).keys() == first.keys()
+    boto3.client("s3").put_object(Bucket=s3_bucket, Key="run1/inter/notes.txt", Body=b"mine")
+    refused(cli("preprocess", "--input", s3_raw, "--output", out), "preprocess", "not empty")
+    assert bucket_objects(s3_bucket)["run1/inter/notes.txt"] == b"mine"
+
+
+def test_an_s3_checksum_error_names_the_s3_key(cli, s3_raw: str, s3_bucket: str,
+                                               tmp_path: Path) -> None:
+    out = f"s3://{s3_bucket}/run1/inter"
+    assert cli("preprocess", "--input", s3_raw, "--output", out)[0] == 0
+    boto3.client("s3").put_object(Bucket=s3_bucket, Key="run1/inter/interactions.parquet",
+                                  Body=b"tampered")
+    refused(cli("split", "--input", out, "--output", tmp_path / "split"), "split",
+            f"{out}/interactions.parquet: SHA-256 does not match")
+    assert not (tmp_path / "split").exists()
