@@ -1,4 +1,5 @@
-"""A real HTTP server on loopback serving fixture files, for download tests.
+"""Real HTTP servers on loopback: one serving fixture files (download tests), and the base of
+the fake JSON APIs (``k8s/fake_apiserver.py``, ``pipelines/fake_kfp_api.py``).
 
 ``/plain/<name>`` serves a file (with HTTP ``Range`` support), ``/drop/<name>`` cuts its first
 response after a third of the body (``/norange/<name>`` too, and it ignores Range
@@ -9,9 +10,49 @@ a fixture that does ``yield from serve()``.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+
+@dataclass
+class Request:
+    """One request a fake API received, for tests to assert on."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    body: dict[str, Any] | None = None
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """Base of the fake APIs' handlers: records every request, answers JSON."""
+
+    def recorded(self) -> list[Request]:
+        """Where this server keeps the requests it received."""
+        raise NotImplementedError
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep pytest output clean
+        pass
+
+    def _record(self, body: dict[str, Any] | None = None) -> Request:
+        url = urlsplit(self.path)
+        request = Request(self.command, url.path,
+                          {k: v[0] for k, v in parse_qs(url.query).items()}, body)
+        self.recorded().append(request)
+        return request
+
+    def _json(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
 
 class FixtureServer(ThreadingHTTPServer):

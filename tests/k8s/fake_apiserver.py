@@ -12,10 +12,11 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+
+from loopback_http import JsonHandler, Request
 
 MPIJOBS = "/apis/kubeflow.org/v2beta1/namespaces/{ns}/mpijobs"
 LAUNCHER_POD = "{name}-launcher"
@@ -31,14 +32,6 @@ class Scenario:
     existing: dict[str, Any] | None = None  # a job created by an earlier attempt
     events: list[dict[str, Any]] = field(default_factory=list)
     on_create: Callable[[dict[str, Any]], None] | None = None  # plays the trainer's part
-
-
-@dataclass
-class Request:
-    method: str
-    path: str
-    query: dict[str, str]
-    body: dict[str, Any] | None = None
 
 
 class FakeCluster:
@@ -64,26 +57,11 @@ class FakeCluster:
         return job
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     cluster: FakeCluster  # set on the subclass made per server
 
-    def log_message(self, format: str, *args: Any) -> None:  # keep pytest output clean
-        pass
-
-    def _record(self, body: dict[str, Any] | None = None) -> Request:
-        url = urlsplit(self.path)
-        query = {k: v[0] for k, v in parse_qs(url.query).items()}
-        request = Request(self.command, url.path, query, body)
-        self.cluster.requests.append(request)
-        return request
-
-    def _json(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+    def recorded(self) -> list[Request]:
+        return self.cluster.requests
 
     def _status(self, code: int, reason: str) -> None:
         self._json(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",

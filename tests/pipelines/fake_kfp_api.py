@@ -14,10 +14,10 @@ import itertools
 import json
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+
+from loopback_http import JsonHandler, Request
 
 API = "/apis/v2beta1"
 CREATED_AT = "2026-01-01T00:00:00Z"
@@ -57,14 +57,6 @@ def validate_inputs(declared: dict[str, Any], given: dict[str, Any]) -> str | No
         if extra else None
 
 
-@dataclass
-class Request:
-    method: str
-    path: str
-    query: dict[str, str]
-    body: dict[str, Any] | None = None
-
-
 class FakeKfp(ThreadingHTTPServer):
     """State of the fake KFP deployment, shared by the handler threads."""
 
@@ -82,26 +74,11 @@ class FakeKfp(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}"
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     server: FakeKfp
 
-    def log_message(self, format: str, *args: Any) -> None:  # keep pytest output clean
-        pass
-
-    def _record(self, body: dict[str, Any] | None = None) -> Request:
-        url = urlsplit(self.path)
-        request = Request(self.command, url.path,
-                          {k: v[0] for k, v in parse_qs(url.query).items()}, body)
-        self.server.requests.append(request)
-        return request
-
-    def _json(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+    def recorded(self) -> list[Request]:
+        return self.server.requests
 
     def _error(self, status: int, message: str) -> None:
         self._json(status, {"error": message, "code": 3 if status == 400 else 5,
