@@ -53,6 +53,8 @@ def test_benchmark_runs_the_trainer_and_the_report_renders_it(cli, tmp_path: Pat
     steps = -(-bench["split"]["n_users"]["train"] // 64)  # one pass over the train users
     for run in bench["runs"]:
         assert set(run) >= RUN_FIELDS
+        assert run["device"] == bench["fingerprint"]["device"]
+        assert run["device"].startswith("CPU ")  # this test host has no GPU
         assert run["measured_epochs"] == 1 and run["measured_steps"] == steps
         assert run["users_per_second"] > 0 and 0 <= run["input_share"] <= 1
         assert run["bound_fraction"] == pytest.approx(
@@ -78,7 +80,9 @@ def test_benchmark_runs_the_trainer_and_the_report_renders_it(cli, tmp_path: Pat
     (scaled,) = [s for s in report["speed"]["scaling"] if s["world_size"] == 2]
     expected = double["users_per_second"]["median"] / single["users_per_second"]["median"]
     assert scaled["speedup"] == pytest.approx(expected)
-    assert f"{expected:.2f}x" in (tmp_path / "report" / "report.md").read_text()
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert f"{expected:.2f}x" in markdown
+    assert f"Device: {bench['runs'][0]['device']}." in markdown
 
 
 @pytest.mark.slow

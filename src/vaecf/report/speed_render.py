@@ -29,6 +29,7 @@ def _min_med(config: dict[str, Any], stat: str, digits: int) -> str:
 
 
 def _work(speed: dict[str, Any]) -> str:
+    devices = sorted({r["device"] for r in speed.get("runs", []) if r.get("device")})
     work = speed.get("work") or {}
     amount = (f"{work['steps']} steps" if work.get("steps") else
               f"{work.get('epochs', '?')} epochs")
@@ -43,6 +44,8 @@ def _work(speed: dict[str, Any]) -> str:
         text += (f" Data: {kind} split, {fmt_count((split.get('n_users') or {}).get('train'))} "
                  f"training users, {fmt_count(split.get('n_items'))} items, "
                  f"{fmt(split.get('nnz_per_user'), 1)} known items per training user.")
+    if devices:
+        text += f" Device: {'; '.join(devices)}."
     return text
 
 

@@ -56,7 +56,8 @@ class Trainer:
         self.steps = data.steps_per_epoch(train.shape[0], config.batch_size,
                                           config.steps_per_epoch)
         local = config.batch_size // runtime.size
-        self.maker = data.BatchMaker(train, data.pad_granule(train, local))
+        self.maker = data.BatchMaker(train, data.pad_granule(train, local),
+                                     device=data.resident_device())
         self.state = State()
         self._scores = tf.function(self._score_batch, reduce_retracing=True)
 
@@ -143,7 +144,7 @@ class Trainer:
         users = data.epoch_users(self.train.shape[0], seed=config.seed, epoch=epoch,
                                  steps=self.steps, batch_size=config.batch_size,
                                  world_size=runtime.size, rank=runtime.rank)
-        batches = iter(data.dataset(self.maker, users))
+        batches = data.batches(self.maker, users)
         totals, skipped, waited = np.zeros(4), 0, 0.0
         progress = log.Progress(f"epoch {epoch}", total=self.steps, unit="steps")
         started = time.perf_counter()
