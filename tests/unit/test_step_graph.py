@@ -68,7 +68,7 @@ def test_whole_step_compiles_under_xla(precision: str) -> None:
     ops = {node.op for node in graph_nodes(step, data)}
     assert "SparseTensorDenseMatMul" not in ops  # XLA has no kernel for it
     for i in range(3):
-        stats, finite = step(data, tf.constant(i, tf.int64))  # raises if XLA cannot compile
+        stats, _ = step(data, tf.constant(i, tf.int64))  # raises if XLA cannot compile
         assert np.isfinite(stats.numpy()).all()
     # experimental_get_compiler_ir fails unless the whole function is one XLA computation.
     hlo = step.experimental_get_compiler_ir(data, tf.constant(3, tf.int64))(stage="hlo")

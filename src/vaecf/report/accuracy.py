@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from vaecf.report.document import Section, Table, fmt, fmt_count
+from vaecf.report.document import Figure, Section, Table, fmt, fmt_count
 from vaecf.report.inputs import METRIC_KEYS
 
 PAPER = {"recall_at_20": 0.395, "recall_at_50": 0.537, "ndcg_at_100": 0.426}
@@ -71,7 +71,8 @@ def analyse(metrics: dict[str, Any], manifests: dict[str, dict[str, Any]]) -> di
             "users_evaluated": metrics.get("users_evaluated"),
             "users_skipped": metrics.get("users_skipped"), "dataset": dataset,
             "protocol": protocol, "comparable_to_paper": comparable, "note": note,
-            "metrics": rows, "baselines": baselines}
+            "metrics": rows, "baselines": baselines, "timing": metrics.get("timing"),
+            "device": metrics.get("device")}
 
 
 def verdict(acc: dict[str, Any]) -> list[str]:
@@ -112,4 +113,14 @@ def section(acc: dict[str, Any]) -> Section:
                     + [fmt(acc["baselines"][n][key]["mean"]) for n in names])
     users = (f"Evaluated on the {acc['subset'] or '?'} users: {fmt_count(acc['users_evaluated'])} "
              f"evaluated, {fmt_count(acc['users_skipped'])} skipped (empty holdout).")
-    return Section("Accuracy", [acc["note"], users, Table(columns, rows)])
+    blocks: list[str | list[str] | Table | Figure] = [acc["note"], users, Table(columns, rows)]
+    timing = acc.get("timing")
+    if timing:
+        blocks.append(f"Evaluation speed on {acc.get('device') or '?'}: "
+                      f"{fmt(timing['users_per_second'], 1)} users/s after a start-up of "
+                      f"{fmt(timing['startup_seconds'], 2)} s (process before the stage "
+                      f"{fmt(timing['process_seconds_before_stage'], 2)} s, split and model "
+                      f"{fmt(timing['load_seconds'], 2)} s, first chunk of "
+                      f"{fmt_count(timing['first_chunk_users'])} users "
+                      f"{fmt(timing['first_chunk_seconds'], 2)} s).")
+    return Section("Accuracy", blocks)
