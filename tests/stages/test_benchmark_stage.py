@@ -25,14 +25,16 @@ def _config(**changes: object) -> BenchmarkConfig:
     return BenchmarkConfig(**values)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("changes", [{}, {"steps": None, "epochs": 2, "target_ndcg": 0.1}])
+@pytest.mark.parametrize("changes", [{}, {"steps": None, "epochs": 2, "target_ndcg": 0.1},
+                                     {"xla": True}])
 def test_train_command_uses_flags_train_accepts(tmp_path: Path, changes: dict) -> None:
     command = train_command(_config(**changes), tmp_path / "split", tmp_path / "run",
                             "mixed_bfloat16", 2, 64)
     assert command[:4] == [str(Path(command[4]).parent / "horovodrun"), "-np", "2", "--gloo"]
     args = build_parser("train").parse_args(command[command.index("train") + 1:])
     assert (args.precision, args.batch_size, args.expect_world_size) == ("mixed_bfloat16", 64, 2)
-    if changes:  # one warm-up epoch + 2 measured, validated every epoch for the target
+    assert args.xla == bool(changes.get("xla"))
+    if changes.get("epochs"):  # one warm-up epoch + 2 measured, validated every epoch for the target
         assert (args.epochs, args.validate_every, args.steps_per_epoch) == (3, 1, None)
     else:  # one warm-up epoch + one measured epoch of 3 steps
         assert (args.epochs, args.steps_per_epoch) == (2, 3)

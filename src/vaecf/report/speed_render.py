@@ -33,6 +33,7 @@ def _work(speed: dict[str, Any]) -> str:
     work = speed.get("work") or {}
     amount = (f"{work['steps']} steps" if work.get("steps") else
               f"{work.get('epochs', '?')} epochs")
+    amount += " (whole step compiled with XLA)" if work.get("xla") else ""
     text = (f"Each run trains {amount} after {work.get('warmup_epochs', 1)} warm-up epoch(s) "
             f"that are excluded; {work.get('repeats', '?')} repeat(s) per configuration. "
             "Cells show the median (min) over repeats; train s and s to target include the "

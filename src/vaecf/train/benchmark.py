@@ -49,6 +49,7 @@ class BenchmarkConfig:
     synthetic_users: int
     synthetic_items: int
     seed: int
+    xla: bool = False
 
 
 def split_shape(directory: Path, synthetic: bool) -> dict[str, Any]:
@@ -76,6 +77,8 @@ def train_command(config: BenchmarkConfig, split_dir: Path, run_dir: Path, preci
                "--validate-every", "1" if config.target_ndcg is not None else str(epochs)]
     if config.steps:
         command += ["--steps-per-epoch", str(config.steps)]
+    if config.xla:
+        command.append("--xla")
     if world_size > 1:
         horovodrun = Path(sys.executable).parent / "horovodrun"
         command = [str(horovodrun), "-np", str(world_size), "--gloo", *command]
@@ -198,7 +201,7 @@ def run_benchmark(config: BenchmarkConfig, output: Path) -> dict[str, Any]:
         bound = compute_bound(shape, runs, rates, machine["gpu_count"])
     machine["load_average_end"] = fingerprint.fingerprint_load()
     return {"fingerprint": machine, "split": shape | {"uri": config.split},
-            "work": {"steps": config.steps, "epochs": config.epochs,
+            "work": {"steps": config.steps, "epochs": config.epochs, "xla": config.xla,
                      "warmup_epochs": WARMUP_EPOCHS, "repeats": config.repeats},
             "target_ndcg": config.target_ndcg, "compute_bound": bound, "runs": runs,
             "configs": benchstats.summarize(runs)}
