@@ -34,7 +34,7 @@ def test_train_command_uses_flags_train_accepts(tmp_path: Path, changes: dict) -
     args = build_parser("train").parse_args(command[command.index("train") + 1:])
     assert (args.precision, args.batch_size, args.expect_world_size) == ("mixed_bfloat16", 64, 2)
     assert args.xla == bool(changes.get("xla"))
-    if changes.get("epochs"):  # one warm-up epoch + 2 measured, validated every epoch for the target
+    if changes.get("epochs"):  # one warm-up + 2 measured epochs, validated every epoch
         assert (args.epochs, args.validate_every, args.steps_per_epoch) == (3, 1, None)
     else:  # one warm-up epoch + one measured epoch of 3 steps
         assert (args.epochs, args.steps_per_epoch) == (2, 3)

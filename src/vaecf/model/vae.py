@@ -48,6 +48,17 @@ def padded_items(n_items: int) -> int:
     return -(-n_items // PAD_MULTIPLE) * PAD_MULTIPLE
 
 
+def add_bias(x: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    """``x + bias`` over the last axis, written per dtype for speed.
+
+    float32: ``tf.nn.bias_add``, which oneDNN fuses with the preceding matmul on CPU.
+    float16/bfloat16: a plain "+": TensorFlow's half-precision BiasAddGrad is a naive GPU kernel
+    that took 67% of an H100's step under mixed_float16 (150k -> 357k users/s with "+",
+    DESIGN.md section 8).
+    """
+    return tf.nn.bias_add(x, bias) if x.dtype == tf.float32 else x + bias
+
+
 def _initializers(seed: int, layer: int) -> dict[str, keras.initializers.Initializer]:
     """Paper initialisation, seeded per layer so every Horovod rank starts identical."""
     return {"kernel_initializer": keras.initializers.GlorotUniform(seed=seed * 8 + 2 * layer),
@@ -94,8 +105,8 @@ class SparseDense(keras.layers.Layer):
 class Affine(keras.layers.Layer):
     """``activation(x @ kernel + bias)`` in the compute dtype (a ``keras.layers.Dense``).
 
-    Not ``keras.layers.Dense``: Keras adds its bias with ``tf.nn.bias_add``, whose gradient
-    (BiasAddGrad) runs a naive float16/bfloat16 kernel on the GPU (DESIGN.md section 8).
+    Not ``keras.layers.Dense``: Keras adds its bias with ``tf.nn.bias_add`` in every dtype
+    (see ``add_bias``).
     """
 
     def __init__(self, n_inputs: int, units: int, seed: int, layer: int,
@@ -110,10 +121,8 @@ class Affine(keras.layers.Layer):
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         dtype = tf.as_dtype(self.compute_dtype)
-        # A plain "+", not tf.nn.bias_add: its BiasAddGrad is a naive half kernel on the GPU.
-        out = (tf.matmul(tf.cast(inputs, dtype), tf.cast(self.kernel.value, dtype))
-               + tf.cast(self.bias.value, dtype))
-        return self.activation(out)
+        out = tf.matmul(tf.cast(inputs, dtype), tf.cast(self.kernel.value, dtype))
+        return self.activation(add_bias(out, tf.cast(self.bias.value, dtype)))
 
 
 class ItemLogits(keras.layers.Layer):
@@ -138,9 +147,7 @@ class ItemLogits(keras.layers.Layer):
         kernel = tf.cast(self.kernel.value, dtype)
         bias = tf.where(self._is_pad, tf.constant(dtype.min, dtype),
                         tf.cast(self.bias.value, dtype))
-        # A plain "+", not tf.nn.bias_add: BiasAddGrad runs a naive float16 kernel that took 67%
-        # of an H100's step time under mixed_float16 (150k -> 357k users/s; DESIGN.md section 8).
-        return tf.matmul(tf.cast(hidden, dtype), kernel) + bias
+        return add_bias(tf.matmul(tf.cast(hidden, dtype), kernel), bias)
 
 
 class MultVAE(keras.Model):

@@ -80,13 +80,15 @@ class BatchMaker:
             self._indptr = tf.constant(matrix.indptr.astype(np.int64))
             self._indices = tf.constant(matrix.indices.astype(np.int64))
             self._data = tf.constant(matrix.data.astype(np.float32))
+        self._items = tf.RaggedTensor.from_row_splits(self._indices, self._indptr,
+                                                      validate=False)
+        self._values = tf.RaggedTensor.from_row_splits(self._data, self._indptr, validate=False)
         self.resident_gather = tf.function(self._resident, reduce_retracing=True)
 
     def __call__(self, users: tf.Tensor) -> SparseBatch:
         """The rows ``users`` (int64 [b]) as a padded ``SparseBatch`` (ragged ops: host)."""
-        items = tf.RaggedTensor.from_row_splits(self._indices, self._indptr, validate=False)
-        values = tf.RaggedTensor.from_row_splits(self._data, self._indptr, validate=False)
-        items, values = tf.gather(items, users), tf.gather(values, users).flat_values
+        items = tf.gather(self._items, users)
+        values = tf.gather(self._values, users).flat_values
         return self._padded(items.value_rowids(), items.flat_values, values, users)
 
     def _resident(self, users: tf.Tensor) -> SparseBatch:
@@ -116,15 +118,19 @@ def dataset(maker: BatchMaker, users: np.ndarray) -> tf.data.Dataset:
 
 def batches(maker: BatchMaker, users: np.ndarray) -> Iterator[SparseBatch]:
     """The batches whose rows are ``users`` [steps, b]: gathered on the maker's device when
-    it has one (the epoch's permutation is copied there once), else by the host dataset."""
+    it has one (the epoch's permutation is copied there once), else by the host dataset
+    (built and started here, before the first batch is asked for)."""
     if maker.device is None:
-        yield from dataset(maker, users)
-        return
+        return iter(dataset(maker, users))
     with tf.device(maker.device):
         resident_users = tf.constant(users)
+    return _resident_batches(maker, resident_users)
+
+
+def _resident_batches(maker: BatchMaker, users: tf.Tensor) -> Iterator[SparseBatch]:
     for step in range(users.shape[0]):
         with tf.device(maker.device):
-            yield maker.resident_gather(resident_users[step])
+            yield maker.resident_gather(users[step])
 
 
 def csr_batch(rows: sp.csr_matrix) -> SparseBatch:
