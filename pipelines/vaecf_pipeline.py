@@ -52,7 +52,7 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
     def vaecf(dataset: str = "synthetic",
               source: Optional[str] = None,  # noqa: UP045 (kfp needs typing.Optional)
               protocol: str = "mission", seed: int = 98765, epochs: int = 50,
-              batch_size: int = 500, precision: str = "mixed_float16", workers: int = 2,
+              batch_size: int = 500, precision: str = "fp32", workers: int = 2,
               gpus_per_worker: int = 1, s3_bucket: str = "vaecf", s3_prefix: str = "runs",
               s3_secret: str = "vaecf-s3", train_image: str = images.train) -> None:
         fetched = download(dataset=dataset, source=source, seed=seed)
