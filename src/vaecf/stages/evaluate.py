@@ -144,7 +144,7 @@ def _process_seconds() -> float:
 def _timing(before: float, load: float, main: Evaluation) -> dict[str, float]:
     """Start-up apart from the per-user rate (seconds; not reproducible, like the rate)."""
     return {"process_seconds_before_stage": round(before, 3),
-            "load_seconds": round(load, 3),  # split and model
+            "load_seconds": round(load, 3),  # split and model (TensorFlow import, if lazy)
             "first_chunk_seconds": round(main.first_chunk_seconds, 3),
             "first_chunk_users": main.first_chunk_users,
             "startup_seconds": round(before + load + main.first_chunk_seconds, 3),
