@@ -55,7 +55,7 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
     def vaecf(dataset: str = "synthetic",
               source: Optional[str] = None,  # noqa: UP045 (kfp needs typing.Optional)
               protocol: str = "mission", seed: str = "98765", epochs: str = "50",
-              batch_size: str = "500", precision: str = "mixed_float16", workers: str = "2",
+              batch_size: str = "500", precision: str = "fp32", workers: str = "2",
               gpus_per_worker: str = "1", s3_bucket: str = "vaecf", s3_prefix: str = "runs",
               s3_secret: str = "vaecf-s3", train_image: str = images.train) -> None:
         fetched = download(dataset=dataset, source=source, seed=seed)

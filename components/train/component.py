@@ -13,7 +13,7 @@ from components.images import DEFAULT
 @dsl.container_component
 def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image: str,
           s3_bucket: str, s3_prefix: str, workers: str = "2", gpus_per_worker: str = "1",
-          epochs: str = "100", batch_size: str = "500", precision: str = "mixed_float16",
+          epochs: str = "100", batch_size: str = "500", precision: str = "fp32",
           seed: str = "98765", s3_secret: str = "vaecf-s3",
           timeout_seconds: int = 172800) -> dsl.ContainerSpec:
     """Train Mult-VAE on ``workers`` x ``gpus_per_worker`` GPUs and publish the model.

@@ -136,7 +136,7 @@ def test_every_flag_parses_with_the_real_cli(compiled, task) -> None:
         assert (args.store, args.run_id, args.workers, args.gpus_per_worker) == (
             "s3://vaecf/runs", RUN_ID, 2, 1)
         assert (args.epochs, args.batch_size, args.precision, args.secret_name) == (
-            50, 500, "mixed_float16", "vaecf-s3")
+            50, 500, "fp32", "vaecf-s3")
         assert args.image == Images().train and args.output == "/kfp/model"
     if task == "evaluate":
         assert (args.split, args.model, args.output) == ("/kfp/split", "/kfp/model",

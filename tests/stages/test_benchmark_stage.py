@@ -25,14 +25,16 @@ def _config(**changes: object) -> BenchmarkConfig:
     return BenchmarkConfig(**values)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("changes", [{}, {"steps": None, "epochs": 2, "target_ndcg": 0.1}])
+@pytest.mark.parametrize("changes", [{}, {"steps": None, "epochs": 2, "target_ndcg": 0.1},
+                                     {"xla": True}])
 def test_train_command_uses_flags_train_accepts(tmp_path: Path, changes: dict) -> None:
     command = train_command(_config(**changes), tmp_path / "split", tmp_path / "run",
                             "mixed_bfloat16", 2, 64)
     assert command[:4] == [str(Path(command[4]).parent / "horovodrun"), "-np", "2", "--gloo"]
     args = build_parser("train").parse_args(command[command.index("train") + 1:])
     assert (args.precision, args.batch_size, args.expect_world_size) == ("mixed_bfloat16", 64, 2)
-    if changes:  # one warm-up epoch + 2 measured, validated every epoch for the target
+    assert args.xla == bool(changes.get("xla"))
+    if changes.get("epochs"):  # one warm-up + 2 measured epochs, validated every epoch
         assert (args.epochs, args.validate_every, args.steps_per_epoch) == (3, 1, None)
     else:  # one warm-up epoch + one measured epoch of 3 steps
         assert (args.epochs, args.steps_per_epoch) == (2, 3)
@@ -53,6 +55,8 @@ def test_benchmark_runs_the_trainer_and_the_report_renders_it(cli, tmp_path: Pat
     steps = -(-bench["split"]["n_users"]["train"] // 64)  # one pass over the train users
     for run in bench["runs"]:
         assert set(run) >= RUN_FIELDS
+        assert run["device"] == bench["fingerprint"]["device"]
+        assert run["device"].startswith("CPU ")  # this test host has no GPU
         assert run["measured_epochs"] == 1 and run["measured_steps"] == steps
         assert run["users_per_second"] > 0 and 0 <= run["input_share"] <= 1
         assert run["bound_fraction"] == pytest.approx(
@@ -78,7 +82,9 @@ def test_benchmark_runs_the_trainer_and_the_report_renders_it(cli, tmp_path: Pat
     (scaled,) = [s for s in report["speed"]["scaling"] if s["world_size"] == 2]
     expected = double["users_per_second"]["median"] / single["users_per_second"]["median"]
     assert scaled["speedup"] == pytest.approx(expected)
-    assert f"{expected:.2f}x" in (tmp_path / "report" / "report.md").read_text()
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert f"{expected:.2f}x" in markdown
+    assert f"Device: {bench['runs'][0]['device']}." in markdown
 
 
 @pytest.mark.slow

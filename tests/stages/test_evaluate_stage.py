@@ -51,8 +51,18 @@ def test_rerun_is_identical_and_top_k_skips_fold_in(synthetic_split, cli, tmp_pa
             "--export-top-k", "10")
     first = run_ok(cli, *args, "--output", tmp_path / "a")
     second = run_ok(cli, *args, "--output", tmp_path / "b")
-    assert first.pop("users_per_second") > 0 and second.pop("users_per_second") > 0
+    rate = first.pop("users_per_second")
+    assert rate > 0 and second.pop("users_per_second") > 0
+    timing = first.pop("timing")
+    second.pop("timing")
     assert first == second
+    # start-up is reported apart from the steady per-user rate (after the first chunk of 5)
+    assert timing["first_chunk_users"] == 5 and timing["steady_seconds"] > 0
+    assert timing["startup_seconds"] == pytest.approx(
+        timing["process_seconds_before_stage"] + timing["load_seconds"]
+        + timing["first_chunk_seconds"], abs=2e-3)
+    assert timing["users_per_second"] == rate
+    assert timing["process_seconds_before_stage"] > 0  # this test process imported TF first
     parquet = [(tmp_path / run / "top_k.parquet").read_bytes() for run in ("a", "b")]
     assert parquet[0] == parquet[1]
     manifests = [json.loads((tmp_path / run / "evaluate_manifest.json").read_text())

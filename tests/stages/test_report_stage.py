@@ -43,6 +43,9 @@ def write_inputs(root: Path) -> dict[str, Path]:
         "recall_at_50": _metric(0.52388, 0.00201), "ndcg_at_100": _metric(0.41234, 0.00188),
         "users_evaluated": 9990, "users_skipped": 10, "users_per_second": 5000.0,
         "device": "cpu", "n_items": 20108,
+        "timing": {"process_seconds_before_stage": 3.25, "load_seconds": 1.5,
+                   "first_chunk_seconds": 0.75, "first_chunk_users": 4096,
+                   "startup_seconds": 5.5, "steady_seconds": 1.0, "users_per_second": 5000.0},
         "baselines": {"popularity": {"recall_at_20": _metric(0.16, 0.002),
                                      "recall_at_50": _metric(0.25, 0.002),
                                      "ndcg_at_100": _metric(0.2, 0.002)},
@@ -50,6 +53,7 @@ def write_inputs(root: Path) -> dict[str, Path]:
                                "recall_at_50": _metric(0.521, 0.002),
                                "ndcg_at_100": _metric(0.4187, 0.002)}}}))
     runs = [{"precision": p, "world_size": w, "batch_size": 512, "status": "ok",
+             "device": "1 x GPU Test GPU (driver 1.2), CUDA 12.3, cuDNN 8",
              "users_per_second": u, "steps_per_second": u / 512, "epoch_seconds": 9.0,
              "input_share": 0.05, "time_to_target_seconds": None, "bound_fraction": 0.125}
             for p, w, u in [("fp32", 1, 1000.0), ("fp32", 1, 1100.0),
@@ -83,7 +87,8 @@ def test_numbers_in_the_report_equal_the_inputs(cli, tmp_path: Path, synthetic_s
     for text in ("0.4123", "0.0019", "0.3871", "0.5239", "0.4187", "0.2000", "9,990",
                  "772.2500", "651.5000", "0.2900", "1,050.0", "1.62x", "1.71x", "85.7%",
                  "12.5%", "Test CPU", "The data is synthetic data; the paper published",
-                 train_pairs):
+                 train_pairs, "Device: 1 x GPU Test GPU (driver 1.2), CUDA 12.3, cuDNN 8.",
+                 "5,000.0 users/s after a start-up of 5.50 s", "first chunk of 4,096 users"):
         assert text in markdown, text
         assert text in page, text
     assert markdown.index("## Verdict") < markdown.index("## Accuracy")

@@ -195,3 +195,14 @@ def test_holdout_item_also_in_fold_in_counts_but_never_hits(engine: str) -> None
                       engine=engine)
     assert result.metrics["recall_at_20"].mean == 0.5
     assert result.metrics["ndcg_at_100"].mean == pytest.approx(1 / (1 + 1 / LOG2_3), abs=1e-12)
+
+
+def test_users_per_second_leaves_out_the_first_chunk() -> None:
+    from vaecf.metrics import Evaluation
+
+    def timed(users: int, first_users: int) -> Evaluation:
+        return Evaluation(metrics={}, users_evaluated=users, users_skipped=0, seconds=3.0,
+                          device="cpu", first_chunk_seconds=2.0, first_chunk_users=first_users)
+
+    assert timed(1000, 100).users_per_second == 900.0  # 900 users in the last 1 s
+    assert timed(100, 100).users_per_second == pytest.approx(100 / 3.0)  # one chunk: all of it

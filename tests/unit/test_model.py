@@ -130,7 +130,7 @@ def test_hand_written_nll_gradient_matches_automatic_differentiation() -> None:
                                tape.gradient(reference, logits).numpy(), atol=1e-6)
 
 
-def test_xla_compiled_dense_part_computes_the_same() -> None:
+def test_compilable_first_layer_computes_the_same() -> None:
     data = batch([0, 0, 1], [1, 2, 5], [0, 1])
     plain, compiled = (MultVAE(30, hidden=8, latent=4, seed=2, xla=xla) for xla in (False, True))
     step = tf.constant(4, tf.int64)

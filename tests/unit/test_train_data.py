@@ -64,3 +64,25 @@ def test_csr_batch_keeps_rows_in_order() -> None:
     np.testing.assert_array_equal(batch.rows.numpy(), [0, 0, 1])
     np.testing.assert_array_equal(batch.item_idx.numpy(), [1, 2, 0])
     np.testing.assert_array_equal(batch.user_idx.numpy(), [0, 1])
+
+
+def test_device_resident_batches_equal_the_host_batches() -> None:
+    # Real ML-20M-like rows (empty users included), several granules; on this CPU-only host the
+    # "device" is the CPU, which runs the same ops the GPU path runs.
+    rng = np.random.default_rng(5)
+    matrix = sp.random(60, 45, density=0.1, format="csr", random_state=rng, dtype=np.float32)
+    matrix.data[:] = 1.0
+    matrix.data[matrix.indptr[7]:matrix.indptr[8]] = 0.0
+    matrix.eliminate_zeros()
+    assert matrix[7].nnz == 0
+    users = data.epoch_users(60, seed=1, epoch=1, steps=5, batch_size=16, world_size=1, rank=0)
+    for granule in (1, 8):
+        host = list(data.batches(data.BatchMaker(matrix, granule), users))
+        resident = list(data.batches(data.BatchMaker(matrix, granule, device="/CPU:0"), users))
+        assert len(host) == len(resident) == 5
+        for a, b in zip(host, resident, strict=True):
+            for field_a, field_b in zip(a, b, strict=True):
+                assert field_a.dtype == field_b.dtype
+                np.testing.assert_array_equal(field_a.numpy(), field_b.numpy())
+    assert any(7 in row for row in users)  # the empty user was in a batch
+

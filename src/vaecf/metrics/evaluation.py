@@ -64,6 +64,9 @@ class Evaluation:
       seconds: wall time of scoring and ranking.
       device: where the ranking ran (e.g. ``/device:GPU:0``, or ``numpy``).
       top_k: the top items per evaluated user if asked for.
+      first_chunk_seconds: wall time of the first chunk, which traces the scorer and the
+        ranking (start-up, not the per-user rate).
+      first_chunk_users: users in the first chunk.
     """
 
     metrics: Mapping[str, MetricValue]
@@ -72,10 +75,16 @@ class Evaluation:
     seconds: float
     device: str
     top_k: TopK | None = None
+    first_chunk_seconds: float = 0.0
+    first_chunk_users: int = 0
 
     @property
     def users_per_second(self) -> float:
-        return self.users_evaluated / max(self.seconds, 1e-9)
+        """The steady rate: users after the first chunk (all of them if there is only one)."""
+        rest = self.users_evaluated - self.first_chunk_users
+        if rest <= 0:
+            return self.users_evaluated / max(self.seconds, 1e-9)
+        return rest / max(self.seconds - self.first_chunk_seconds, 1e-9)
 
     def summary(self) -> dict[str, Any]:
         """The metric part of ``metrics.json`` (contracts): metric keys and user counts."""
@@ -114,6 +123,7 @@ def evaluate(score_batch: ScoreBatch, fold_in: sp.csr_matrix, holdout: sp.csr_ma
     tops: list[tuple[np.ndarray, np.ndarray]] = []
     progress = Progress("evaluating", total=users.size, unit="users")
     started = time.perf_counter()
+    first_chunk = 0.0
     for start in range(0, users.size, batch_users):
         rows = fold_in[start:start + batch_users]
         out = chunk_metrics(score_batch(rows), rows, holdout[start:start + batch_users])
@@ -122,6 +132,7 @@ def evaluate(score_batch: ScoreBatch, fold_in: sp.csr_matrix, holdout: sp.csr_ma
         if top_k is not None:
             tops.append((out["top_items"], out["top_scores"]))
         progress.update(rows.shape[0])
+        first_chunk = first_chunk or time.perf_counter() - started
     seconds = time.perf_counter() - started
     progress.close()
     metrics = {key: MetricValue(*mean_stderr(np.concatenate(parts)))
@@ -130,7 +141,9 @@ def evaluate(score_batch: ScoreBatch, fold_in: sp.csr_matrix, holdout: sp.csr_ma
         users=users.astype(np.int64), item_idx=np.concatenate([t[0] for t in tops]),
         scores=np.concatenate([t[1] for t in tops]))
     return Evaluation(metrics=metrics, users_evaluated=int(users.size),
-                      users_skipped=int(skipped), seconds=seconds, device=device, top_k=top)
+                      users_skipped=int(skipped), seconds=seconds, device=device, top_k=top,
+                      first_chunk_seconds=first_chunk,
+                      first_chunk_users=min(batch_users, int(users.size)))
 
 
 def _check_inputs(fold_in: sp.csr_matrix, holdout: sp.csr_matrix, batch_users: int,

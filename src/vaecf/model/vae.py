@@ -48,6 +48,17 @@ def padded_items(n_items: int) -> int:
     return -(-n_items // PAD_MULTIPLE) * PAD_MULTIPLE
 
 
+def add_bias(x: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    """``x + bias`` over the last axis, written per dtype for speed.
+
+    float32: ``tf.nn.bias_add``, which oneDNN fuses with the preceding matmul on CPU.
+    float16/bfloat16: a plain "+": TensorFlow's half-precision BiasAddGrad is a naive GPU kernel
+    that took 67% of an H100's step under mixed_float16 (150k -> 357k users/s with "+",
+    DESIGN.md section 8).
+    """
+    return tf.nn.bias_add(x, bias) if x.dtype == tf.float32 else x + bias
+
+
 def _initializers(seed: int, layer: int) -> dict[str, keras.initializers.Initializer]:
     """Paper initialisation, seeded per layer so every Horovod rank starts identical."""
     return {"kernel_initializer": keras.initializers.GlorotUniform(seed=seed * 8 + 2 * layer),
@@ -56,10 +67,17 @@ def _initializers(seed: int, layer: int) -> dict[str, keras.initializers.Initial
 
 
 class SparseDense(keras.layers.Layer):
-    """``tanh(x @ kernel + bias)`` for a sparse ``x``; always float32 (it is cheap)."""
+    """``tanh(x @ kernel + bias)`` for a sparse ``x``; always float32 (it is cheap).
 
-    def __init__(self, n_inputs: int, units: int, seed: int, **kwargs: object) -> None:
+    Args:
+      compilable: write the product as a gather and a segment sum, which XLA compiles
+        (``--xla`` compiles the whole step; XLA has no SparseTensorDenseMatMul kernel).
+    """
+
+    def __init__(self, n_inputs: int, units: int, seed: int, compilable: bool = False,
+                 **kwargs: object) -> None:
         super().__init__(dtype="float32", **kwargs)
+        self.compilable = compilable
         init = _initializers(seed, 0)
         self.kernel = self.add_weight(shape=(n_inputs, units), name="kernel",
                                       initializer=init["kernel_initializer"])
@@ -67,6 +85,13 @@ class SparseDense(keras.layers.Layer):
                                     initializer=init["bias_initializer"])
 
     def call(self, sparse: tf.SparseTensor) -> tf.Tensor:
+        if self.compilable:
+            # float32 gather and segment sum: their scatter gradient in float16/bfloat16 is
+            # ~10x slower on an H100 (DESIGN.md section 8), and XLA compiles both.
+            rows, items = sparse.indices[:, 0], sparse.indices[:, 1]
+            picked = tf.gather(self.kernel.value, items) * sparse.values[:, tf.newaxis]
+            product = tf.math.unsorted_segment_sum(picked, rows, sparse.dense_shape[0])
+            return tf.tanh(product + self.bias.value)
         # TensorFlow's sparse product runs on one thread: two halves of the entries make two
         # independent products that the executor runs in parallel (forward and gradient).
         half = tf.shape(sparse.values)[0] // 2
@@ -77,11 +102,34 @@ class SparseDense(keras.layers.Layer):
         return tf.tanh(product + self.bias.value)
 
 
+class Affine(keras.layers.Layer):
+    """``activation(x @ kernel + bias)`` in the compute dtype (a ``keras.layers.Dense``).
+
+    Not ``keras.layers.Dense``: Keras adds its bias with ``tf.nn.bias_add`` in every dtype
+    (see ``add_bias``).
+    """
+
+    def __init__(self, n_inputs: int, units: int, seed: int, layer: int,
+                 activation: str | None = None, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        init = _initializers(seed, layer)
+        self.kernel = self.add_weight(shape=(n_inputs, units), name="kernel",
+                                      initializer=init["kernel_initializer"])
+        self.bias = self.add_weight(shape=(units,), name="bias",
+                                    initializer=init["bias_initializer"])
+        self.activation = keras.activations.get(activation)
+
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        dtype = tf.as_dtype(self.compute_dtype)
+        out = tf.matmul(tf.cast(inputs, dtype), tf.cast(self.kernel.value, dtype))
+        return self.activation(add_bias(out, tf.cast(self.bias.value, dtype)))
+
+
 class ItemLogits(keras.layers.Layer):
     """``h @ kernel + bias`` over the padded items, in the compute dtype (one fused kernel).
 
     Padded items get the dtype's most negative logit through the bias, so they take no
-    probability mass and get no gradient; the bias add rides on oneDNN's fused MatMul+BiasAdd.
+    probability mass and get no gradient.
     """
 
     def __init__(self, hidden: int, n_items: int, n_padded: int, seed: int,
@@ -99,7 +147,7 @@ class ItemLogits(keras.layers.Layer):
         kernel = tf.cast(self.kernel.value, dtype)
         bias = tf.where(self._is_pad, tf.constant(dtype.min, dtype),
                         tf.cast(self.bias.value, dtype))
-        return tf.nn.bias_add(tf.matmul(tf.cast(hidden, dtype), kernel), bias)
+        return add_bias(tf.matmul(tf.cast(hidden, dtype), kernel), bias)
 
 
 class MultVAE(keras.Model):
@@ -112,8 +160,8 @@ class MultVAE(keras.Model):
       dropout: input dropout rate during training (paper: 0.5).
       policy: Keras dtype policy of the dense layers ("float32", "mixed_bfloat16", ...).
       seed: seed of the dropout and sampling noise.
-      xla: compile everything after the sparse first layer with XLA (``--xla``; XLA has no
-        kernel for the sparse product, so that layer stays outside the compiled cluster).
+      xla: write every op so that XLA compiles it (``--xla`` compiles the whole training
+        step; the sparse first layer becomes a gather and a segment sum).
     """
 
     def __init__(self, n_items: int, hidden: int = 600, latent: int = 200,
@@ -125,16 +173,13 @@ class MultVAE(keras.Model):
         self.latent = latent
         self.dropout = dropout
         self.seed = seed
-        self.encoder_hidden = SparseDense(self.n_padded, hidden, seed, name="encoder_hidden")
-        self.encoder_out = keras.layers.Dense(2 * latent, name="encoder_out", dtype=policy,
-                                              **_initializers(seed, 1))
-        self.decoder_hidden = keras.layers.Dense(hidden, activation="tanh", dtype=policy,
-                                                 name="decoder_hidden", **_initializers(seed, 2))
+        self.encoder_hidden = SparseDense(self.n_padded, hidden, seed, compilable=xla,
+                                          name="encoder_hidden")
+        self.encoder_out = Affine(hidden, 2 * latent, seed, 1, name="encoder_out", dtype=policy)
+        self.decoder_hidden = Affine(latent, hidden, seed, 2, activation="tanh", dtype=policy,
+                                     name="decoder_hidden")
         self.decoder_out = ItemLogits(hidden, n_items, self.n_padded, seed, name="decoder_out",
                                       dtype=policy)
-        self.encoder_out.build((None, hidden))  # variables exist before any (compiled) trace
-        self.decoder_hidden.build((None, latent))
-        self._dense_part = tf.function(self._dense, jit_compile=True) if xla else self._dense
 
     def call(self, batch: SparseBatch, training: bool = False,
              step: tf.Tensor | int = 0) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -154,7 +199,7 @@ class MultVAE(keras.Model):
             values = tf.where(keep, values / (1.0 - self.dropout), 0.0)
         sparse = tf.SparseTensor(tf.stack([batch.rows, batch.item_idx], axis=1), values,
                                  tf.stack([users, tf.constant(self.n_padded, tf.int64)]))
-        return self._dense_part(self.encoder_hidden(sparse), batch.user_idx, step, training)
+        return self._dense(self.encoder_hidden(sparse), batch.user_idx, step, training)
 
     def _dense(self, hidden: tf.Tensor, user_idx: tf.Tensor, step: tf.Tensor | int,
                training: bool) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -170,6 +215,7 @@ class MultVAE(keras.Model):
     @staticmethod
     def _normalise(batch: SparseBatch, users: tf.Tensor) -> tf.Tensor:
         """Divide each user's values by the L2 norm of the user's row."""
+        # float32 values: a float16/bfloat16 segment reduction is ~10x slower on an H100.
         norm_sq = tf.math.unsorted_segment_sum(tf.square(batch.values), batch.rows, users)
         scale = tf.math.rsqrt(tf.maximum(norm_sq, 1e-12))
         return batch.values * tf.gather(scale, batch.rows)

@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from vaecf.report.document import Section, Table, fmt, fmt_count
+from vaecf.report.document import Figure, Section, Table, fmt, fmt_count
 from vaecf.report.inputs import METRIC_KEYS
 
 # Mult-VAE in Table 2, and each dataset's held-out users per split (section 4.2).
@@ -139,7 +139,8 @@ def analyse(metrics: dict[str, Any], manifests: dict[str, dict[str, Any]]) -> di
                              if data["dataset"] else None),
             "release": data["release"], "layout": data["layout"], "protocol": protocol,
             "comparable_to_paper": comparable, "note": note, "metrics": rows,
-            "baselines": baselines}
+            "baselines": baselines, "timing": metrics.get("timing"),
+            "device": metrics.get("device")}
 
 
 def verdict(acc: dict[str, Any]) -> list[str]:
@@ -180,4 +181,14 @@ def section(acc: dict[str, Any]) -> Section:
                     + [fmt(acc["baselines"][n][key]["mean"]) for n in names])
     users = (f"Evaluated on the {acc['subset'] or '?'} users: {fmt_count(acc['users_evaluated'])} "
              f"evaluated, {fmt_count(acc['users_skipped'])} skipped (empty holdout).")
-    return Section("Accuracy", [acc["note"], users, Table(columns, rows)])
+    blocks: list[str | list[str] | Table | Figure] = [acc["note"], users, Table(columns, rows)]
+    timing = acc.get("timing")
+    if timing:
+        blocks.append(f"Evaluation speed on {acc.get('device') or '?'}: "
+                      f"{fmt(timing['users_per_second'], 1)} users/s after a start-up of "
+                      f"{fmt(timing['startup_seconds'], 2)} s (process before the stage "
+                      f"{fmt(timing['process_seconds_before_stage'], 2)} s, split and model "
+                      f"{fmt(timing['load_seconds'], 2)} s, first chunk of "
+                      f"{fmt_count(timing['first_chunk_users'])} users "
+                      f"{fmt(timing['first_chunk_seconds'], 2)} s).")
+    return Section("Accuracy", blocks)

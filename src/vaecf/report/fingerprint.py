@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -47,21 +48,60 @@ def gpus() -> list[str]:
     return names
 
 
+def grow_gpu_memory() -> None:
+    """Let TensorFlow take GPU memory as it needs it, in this process, on every GPU.
+
+    By default TensorFlow reserves nearly all of a GPU's memory at its first op; a benchmark
+    process that does so starves the ``vaecf train`` processes it starts (every run failed
+    with ResourceExhaustedError on an H100). Must run before this process's first TF op.
+    """
+    import tensorflow as tf
+
+    for device in tf.config.list_physical_devices("GPU"):
+        tf.config.experimental.set_memory_growth(device, True)
+
+
+def nvidia_gpus() -> list[dict[str, str]]:
+    """Model and driver version of each GPU, from ``nvidia-smi`` (empty when there is none)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [{"name": name.strip(), "driver_version": driver.strip()}
+            for name, _, driver in (line.rpartition(",") for line in out.splitlines())
+            if name.strip()]
+
+
+def describe_device(machine: dict[str, Any]) -> str:
+    """One line naming what a run computed on: the GPU (driver, CUDA, cuDNN) or the CPU."""
+    gpus_seen = machine.get("gpus") or []
+    if machine.get("gpu_count") and gpus_seen:
+        names = sorted({f"{g['name']} (driver {g['driver_version']})" for g in gpus_seen})
+        return (f"{machine['gpu_count']} x GPU {', '.join(names)}, CUDA {machine.get('cuda')}, "
+                f"cuDNN {machine.get('cudnn')}")
+    return f"CPU {machine.get('cpu_model')} ({machine.get('cpu_cores_usable')} usable cores)"
+
+
 def fingerprint() -> dict[str, Any]:
-    """CPU, GPUs, library versions (TF, Keras, Horovod, CUDA/cuDNN as TF was built) and load."""
+    """CPU, GPUs (model, driver), library versions (TF, Keras, Horovod, CUDA/cuDNN as TF was
+    built), load, and ``device``: one line naming what the runs compute on."""
     import tensorflow as tf
 
     build = tf.sysconfig.get_build_info()
     names = gpus()
-    return {
+    machine = {
         "cpu_model": cpu_model(), "cpu_cores": os.cpu_count(),
         "cpu_cores_usable": len(os.sched_getaffinity(0)),
-        "gpu_count": len(names), "gpu_names": names, "platform": platform.platform(),
+        "gpu_count": len(names), "gpu_names": names, "gpus": nvidia_gpus() if names else [],
+        "platform": platform.platform(),
         "python": platform.python_version(), "tensorflow": tf.__version__,
         "keras": _version("keras"), "horovod": _version("horovod"),
         "cuda": build.get("cuda_version"), "cudnn": build.get("cudnn_version"),
         "load_average": fingerprint_load(),
     }
+    return machine | {"device": describe_device(machine)}
 
 
 def fingerprint_load() -> list[float]:

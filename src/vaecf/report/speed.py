@@ -74,7 +74,9 @@ def versus_reference(configs: list[dict[str, Any]], reference: dict[str, Any] | 
 def analyse(bench: dict[str, Any], reference: dict[str, Any] | None) -> dict[str, Any]:
     """The speed part of ``report.json``; the benchmark's own numbers are copied unchanged."""
     configs = bench["configs"]
-    return {"configs": configs, "precision_speedups": precision_speedups(configs),
+    return {"configs": configs, "runs": [{"name": r.get("name"), "device": r.get("device")}
+                                         for r in bench.get("runs", [])],
+            "precision_speedups": precision_speedups(configs),
             "scaling": scaling(configs), "versus_reference": versus_reference(configs, reference),
             "compute_bound": bench.get("compute_bound"), "work": bench.get("work"),
             "target_ndcg": bench.get("target_ndcg"), "split": bench.get("split"),

@@ -29,9 +29,11 @@ def _min_med(config: dict[str, Any], stat: str, digits: int) -> str:
 
 
 def _work(speed: dict[str, Any]) -> str:
+    devices = sorted({r["device"] for r in speed.get("runs", []) if r.get("device")})
     work = speed.get("work") or {}
     amount = (f"{work['steps']} steps" if work.get("steps") else
               f"{work.get('epochs', '?')} epochs")
+    amount += " (whole step compiled with XLA)" if work.get("xla") else ""
     text = (f"Each run trains {amount} after {work.get('warmup_epochs', 1)} warm-up epoch(s) "
             f"that are excluded; {work.get('repeats', '?')} repeat(s) per configuration. "
             "Cells show the median (min) over repeats; train s and s to target include the "
@@ -43,6 +45,8 @@ def _work(speed: dict[str, Any]) -> str:
         text += (f" Data: {kind} split, {fmt_count((split.get('n_users') or {}).get('train'))} "
                  f"training users, {fmt_count(split.get('n_items'))} items, "
                  f"{fmt(split.get('nnz_per_user'), 1)} known items per training user.")
+    if devices:
+        text += f" Device: {'; '.join(devices)}."
     return text
 
 

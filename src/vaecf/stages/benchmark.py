@@ -58,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="items of the generated split when no --split is given")
     parser.add_argument("--seed", type=seed, default=0,
                         help="seed of the generated split and of every training run")
+    parser.add_argument("--xla", action="store_true",
+                        help="train every run with --xla (the whole step compiled)")
     return parser
 
 
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             steps=None if args.epochs else args.steps, epochs=args.epochs,
             repeats=args.repeats, target_ndcg=args.target_ndcg,
             synthetic_users=args.synthetic_users, synthetic_items=args.synthetic_items,
-            seed=args.seed)
+            seed=args.seed, xla=args.xla)
         with publish(args.output, manifest_name(STAGE), [args.split]) as staging:
             result = run_benchmark(config, staging)
             if not any(run["status"] == "ok" for run in result["runs"]):

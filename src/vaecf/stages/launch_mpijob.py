@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Horovod ranks per worker (default: GPUs per worker, at least 1)")
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=1000, help="global batch")
-    parser.add_argument("--precision", choices=render.PRECISIONS, default="mixed_float16")
+    parser.add_argument("--precision", choices=render.PRECISIONS, default="fp32")
     parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument("--xla", action="store_true")
     parser.add_argument("--secret-name", default="vaecf-s3",

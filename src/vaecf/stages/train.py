@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="global batch: users per step over all processes")
     add("--precision", choices=PRECISIONS, default="fp32",
         help="mixed_float16 uses dynamic loss scaling")
-    add("--xla", action="store_true", help="compile the dense part of the step with XLA")
+    add("--xla", action="store_true", help="compile the whole training step with XLA")
     add("--learning-rate", type=finite_positive, default=1e-3, help="Adam learning rate")
     add("--beta-cap", type=finite_non_negative, default=0.2, help="largest KL weight")
     add("--anneal-steps", type=_non_negative, help="beta = min(cap, step / this), as in the "

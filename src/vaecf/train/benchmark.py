@@ -49,6 +49,7 @@ class BenchmarkConfig:
     synthetic_users: int
     synthetic_items: int
     seed: int
+    xla: bool = False
 
 
 def split_shape(directory: Path, synthetic: bool) -> dict[str, Any]:
@@ -76,6 +77,8 @@ def train_command(config: BenchmarkConfig, split_dir: Path, run_dir: Path, preci
                "--validate-every", "1" if config.target_ndcg is not None else str(epochs)]
     if config.steps:
         command += ["--steps-per-epoch", str(config.steps)]
+    if config.xla:
+        command.append("--xla")
     if world_size > 1:
         horovodrun = Path(sys.executable).parent / "horovodrun"
         command = [str(horovodrun), "-np", str(world_size), "--gloo", *command]
@@ -133,9 +136,11 @@ def _error_line(output: Path) -> str:
 
 def _run_env() -> dict[str, str]:
     """The run's environment: this one, with TensorFlow's C++ banners quiet (the trainer itself
-    splits a CPU host's cores between ranks)."""
+    splits a CPU host's cores between ranks) and GPU memory taken as needed, so that no
+    process (a rank, or this one's matmul-rate probe) holds a GPU that another needs."""
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
     return env
 
 
@@ -187,14 +192,16 @@ def run_benchmark(config: BenchmarkConfig, output: Path) -> dict[str, Any]:
             write_synthetic_split(split_dir, config.synthetic_users, config.synthetic_items,
                                   config.seed)
         shape = split_shape(split_dir, synthetic=not config.split)
+        fingerprint.grow_gpu_memory()  # first: this process must not hold the runs' GPU
         machine = fingerprint.fingerprint()
         rates: dict[str, float] = {}
         measure_rates(rates, config.precisions)
-        runs = run_matrix(config, split_dir, shape, work, output, rates)
+        runs = [run | {"device": machine["device"]}
+                for run in run_matrix(config, split_dir, shape, work, output, rates)]
         bound = compute_bound(shape, runs, rates, machine["gpu_count"])
     machine["load_average_end"] = fingerprint.fingerprint_load()
     return {"fingerprint": machine, "split": shape | {"uri": config.split},
-            "work": {"steps": config.steps, "epochs": config.epochs,
+            "work": {"steps": config.steps, "epochs": config.epochs, "xla": config.xla,
                      "warmup_epochs": WARMUP_EPOCHS, "repeats": config.repeats},
             "target_ndcg": config.target_ndcg, "compute_bound": bound, "runs": runs,
             "configs": benchstats.summarize(runs)}

@@ -61,7 +61,7 @@ def start(config: TrainConfig) -> Runtime:
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         gpu = gpus[local_rank % len(gpus)]
-        tf.config.experimental.set_memory_growth(gpu, True)
+        tf.config.experimental.set_memory_growth(gpu, True)  # share the GPU with other ranks
         tf.config.set_visible_devices(gpu, "GPU")  # Horovod: pin the GPU by local rank
     keras.mixed_precision.set_global_policy(config.keras_policy)  # Horovod: precision policy
     keras.utils.set_random_seed(config.seed + rank)  # Horovod: per-rank seed
@@ -118,7 +118,7 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
     scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     variables = model.trainable_variables
 
-    def step(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def gradients(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, list]:
         beta = beta_at(step_idx, config.beta_cap, anneal_steps)
         with tf.GradientTape() as tape:  # Horovod: plain tape (Keras 3 breaks the wrapper)
             logits, mu, logvar = model.forward(batch, training=True, step=step_idx)
@@ -127,19 +127,36 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
             penalty = l2_penalty([k.value for k in model.weight_kernels()], config.l2)
             loss = nll + beta * kl + penalty
             scaled = optimizer.scale_loss(loss) if scaling else loss  # Horovod: fp16 scale
-        grads = tape.gradient(scaled, variables)
-        if size > 1:
-            grads = hvd.grouped_allreduce(grads, op=hvd.Average)  # Horovod: average grads
+        # Dense gradients (the gather of the --xla first layer gives IndexedSlices): the fused
+        # Adam update and the allreduce take one dense tensor per variable.
+        grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, variables)]
+        return tf.stack([loss, nll, kl, beta]), grads
+
+    def apply(grads: list) -> tf.Tensor:
         finite = tf.constant(True)
         if scaling:  # the optimizer skips the step on overflow; count it for the log
             finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
         optimizer.apply(grads, variables)  # Horovod: unscale (fp16), skip if not finite
-        stats = tf.stack([loss, nll, kl, beta])
-        if size > 1:
-            stats = hvd.allreduce(stats, op=hvd.Average)  # Horovod: averaged loss for logs
+        return finite
+
+    def step(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        stats, grads = gradients(batch, step_idx)
+        return stats, apply(grads)
+
+    if size == 1:  # --xla compiles the whole step: forward, loss, gradients, apply
+        return tf.function(step, reduce_retracing=True, jit_compile=config.xla)
+    # XLA cannot compile Horovod's collectives: compile the two halves around them.
+    compiled_gradients = tf.function(gradients, jit_compile=config.xla)
+    compiled_apply = tf.function(apply, jit_compile=config.xla)
+
+    def distributed_step(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        stats, grads = compiled_gradients(batch, step_idx)
+        grads = hvd.grouped_allreduce(grads, op=hvd.Average)  # Horovod: average grads
+        finite = compiled_apply(grads)  # Horovod: unscale (fp16), skip if not finite
+        stats = hvd.allreduce(stats, op=hvd.Average)  # Horovod: averaged loss for logs
         return stats, finite
 
-    return tf.function(step, reduce_retracing=True, jit_compile=False)
+    return tf.function(distributed_step, reduce_retracing=True)
 
 
 def _tf_variables(variables: Sequence[keras.Variable]) -> list[tf.Variable]:

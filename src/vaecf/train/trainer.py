@@ -64,7 +64,8 @@ class Trainer:
         self.optimizer.build(self.model.trainable_variables)
         self.step_fn = dist.make_train_step(self.model, self.optimizer, config, runtime)
         local = config.batch_size // runtime.size
-        self.maker = data.BatchMaker(train, data.pad_granule(train, local))
+        self.maker = data.BatchMaker(train, data.pad_granule(train, local),
+                                     device=data.resident_device())
         self.state = State()
         self._scores = tf.function(self._score_batch, reduce_retracing=True)
 
@@ -175,7 +176,7 @@ class Trainer:
         users = data.epoch_users(self.train.shape[0], seed=config.seed, epoch=epoch,
                                  steps=self.steps, batch_size=config.batch_size,
                                  world_size=runtime.size, rank=runtime.rank)
-        batches = iter(data.dataset(self.maker, users))
+        batches = data.batches(self.maker, users)
         totals, skipped, waited = np.zeros(4), 0, 0.0
         progress = log.Progress(f"epoch {epoch}", total=self.steps, unit="steps")
         started = time.perf_counter()
