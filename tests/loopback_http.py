@@ -15,8 +15,10 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
+
+S = TypeVar("S", bound=ThreadingHTTPServer)
 
 
 @dataclass
@@ -100,14 +102,18 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def serve() -> Iterator[FixtureServer]:
-    """Run a ``FixtureServer`` in a thread for the duration of a fixture."""
-    server = FixtureServer()
+def in_thread(server: S) -> Iterator[S]:
+    """Run ``server`` in a thread for the duration of a fixture (``yield from``)."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
     server.shutdown()
     server.server_close()
+
+
+def serve() -> Iterator[FixtureServer]:
+    """Run a ``FixtureServer`` in a thread for the duration of a fixture."""
+    yield from in_thread(FixtureServer())
 
 
 def url(server: FixtureServer, path: str) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from loopback_http import JsonHandler, Request
+from loopback_http import JsonHandler, Request, in_thread
 
 API = "/apis/v2beta1"
 CREATED_AT = "2026-01-01T00:00:00Z"
@@ -134,9 +134,4 @@ class Handler(JsonHandler):
 
 def serve() -> Iterator[FakeKfp]:
     """Run a ``FakeKfp`` in a thread for the duration of a fixture."""
-    server = FakeKfp()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    yield from in_thread(FakeKfp())
