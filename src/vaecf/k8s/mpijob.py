@@ -204,7 +204,15 @@ class MPIJobRun:
         self._streamed.add(ready[0])
         self._log_thread = threading.Thread(target=self._stream_log, args=(ready[0],),
                                             daemon=True)
-        self._log_thread.start()
+        # Started with SIGTERM/SIGINT blocked (a thread inherits the mask): a process-directed
+        # signal delivered to the log thread would not interrupt the main thread's blocking
+        # watch read, and the cancellation (delete the job) would wait for the watch to time
+        # out (seen in CI under load). Blocked here, it always reaches the main thread.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+        try:
+            self._log_thread.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if wait:
             self._log_thread.join()
 
