@@ -117,13 +117,3 @@ def _check_s3(output: str, manifest: str, inputs: list[str]) -> None:
         raise _refuse(output, f"is not empty and not a previous output with {manifest} "
                       "(a stage replaces only its own output)")
 
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (signal 0 probes without sending anything)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from vaecf.errors import VaecfError
 from vaecf.io import storage
-from vaecf.io.location import check_output, local_path, pid_alive
+from vaecf.io.location import check_output, local_path
 
 
 @contextmanager
@@ -179,3 +179,14 @@ def _named_as(local: Path, uri: str) -> Iterator[None]:
         yield
     except VaecfError as err:
         raise VaecfError(str(err).replace(str(local), uri.rstrip("/"))) from err
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (signal 0 probes without sending anything)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
