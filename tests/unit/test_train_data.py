@@ -86,3 +86,15 @@ def test_device_resident_batches_equal_the_host_batches() -> None:
                 np.testing.assert_array_equal(field_a.numpy(), field_b.numpy())
     assert any(7 in row for row in users)  # the empty user was in a batch
 
+
+
+def test_resident_batches_leave_no_device_scope_open_between_steps() -> None:
+    from tensorflow.python.eager import context
+
+    matrix = sp.csr_matrix(np.eye(6, dtype=np.float32))
+    users = data.epoch_users(6, seed=0, epoch=1, steps=2, batch_size=3, world_size=1, rank=0)
+    outside = context.context().device_name
+    batches = data.batches(data.BatchMaker(matrix, 1, device="/CPU:0"), users)
+    next(batches)
+    assert context.context().device_name == outside  # the caller's ops run in its own scope
+    batches.close()

@@ -129,8 +129,9 @@ def batches(maker: BatchMaker, users: np.ndarray) -> Iterator[SparseBatch]:
 
 def _resident_batches(maker: BatchMaker, users: tf.Tensor) -> Iterator[SparseBatch]:
     for step in range(users.shape[0]):
-        with tf.device(maker.device):
-            yield maker.resident_gather(users[step])
+        with tf.device(maker.device):  # the scope ends before the yield: it must not hold
+            batch = maker.resident_gather(users[step])  # over the caller's ops between steps
+        yield batch
 
 
 def csr_batch(rows: sp.csr_matrix) -> SparseBatch:

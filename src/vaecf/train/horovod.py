@@ -12,7 +12,6 @@ variable (``v.value``). Without Horovod installed, a run is a world of one.
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import tensorflow as tf
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.model import MultVAE, SparseBatch, beta_at, gaussian_kl, l2_penalty, multinomial_nll
+from vaecf.train import devices
 from vaecf.train.config import TrainConfig
 from vaecf.train.optimizer import FusedAdam
 
@@ -44,7 +44,14 @@ class Runtime:
 
 
 def start(config: TrainConfig) -> Runtime:
-    """Join the job, check its shape, pin the device, set the policy and the seeds."""
+    """Join the job, pin the device, check the job's shape, set the policy and the seeds.
+
+    Every ``tf.config`` call (``devices.configure``) runs before the first TensorFlow op: the
+    host count below is an ``allgather_object`` (TensorFlow ops), so it comes after. It is
+    exact for any placement of ranks on hosts; ``hvd.cross_size()`` would need no op but
+    differs between ranks when hosts run unequal numbers of ranks, and ``--expect-hosts``
+    must fail on every rank alike.
+    """
     try:
         import horovod.tensorflow as hvd  # Horovod: imported at run time, never at import
     except ImportError:
@@ -52,33 +59,19 @@ def start(config: TrainConfig) -> Runtime:
     if hvd is not None:
         hvd.init()  # Horovod: initialise (a world of one when not launched by horovodrun)
         rank, size, local_rank = hvd.rank(), hvd.size(), hvd.local_rank()  # Horovod:
-        _share_cores(hvd.local_size())  # Horovod: ranks on one CPU host split its cores
-        hosts = len(set(hvd.allgather_object(socket.gethostname())))  # Horovod: host count
+        local_size = hvd.local_size()
     else:
-        rank, size, local_rank, hosts = 0, 1, 0, 1
+        rank, size, local_rank, local_size = 0, 1, 0, 1
     log.set_quiet(rank != 0)  # Horovod: rank 0 alone logs
+    gpus = devices.configure(local_rank, local_size)  # Horovod: pin the GPU by local rank
+    hosts = 1
+    if hvd is not None:
+        hosts = len(set(hvd.allgather_object(socket.gethostname())))  # Horovod: host count
     _check_shape(config, size, hosts)
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        gpu = gpus[local_rank % len(gpus)]
-        tf.config.experimental.set_memory_growth(gpu, True)  # share the GPU with other ranks
-        tf.config.set_visible_devices(gpu, "GPU")  # Horovod: pin the GPU by local rank
+    devices.log_setup(gpus)
     keras.mixed_precision.set_global_policy(config.keras_policy)  # Horovod: precision policy
     keras.utils.set_random_seed(config.seed + rank)  # Horovod: per-rank seed
     return Runtime(rank=rank, size=size, local_rank=local_rank, hosts=hosts, hvd=hvd)
-
-
-def _share_cores(local_size: int) -> None:
-    """Give each of ``local_size`` CPU-only ranks on a host its share of the cores.
-
-    Without this every rank sizes its thread pools for the whole machine and the ranks
-    oversubscribe it. Must run before TensorFlow executes its first op.
-    """
-    cores = os.cpu_count() or 1
-    if local_size > 1 and not tf.config.list_physical_devices("GPU"):
-        threads = max(1, cores // local_size)
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
 
 
 def _check_shape(config: TrainConfig, size: int, hosts: int) -> None:
