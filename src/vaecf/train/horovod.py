@@ -2,7 +2,8 @@
 
 init -> pin the GPU by local rank -> precision policy -> per-rank seed -> forward and loss
 under a plain tape (scaled for float16) -> allreduce gradients -> unscale/apply -> broadcast
-variables after step 1 -> allreduce the reported loss -> rank 0 alone writes.
+variables after step 1 -> the reported loss travels with the gradients -> rank 0 alone
+writes.
 
 Keras 3 breaks Horovod's wrappers (``DistributedGradientTape``, ``horovod.tensorflow.keras``,
 ``broadcast_variables(model.variables)``), so this module uses a plain ``tf.GradientTape``,
@@ -95,14 +96,16 @@ def make_optimizer(config: TrainConfig) -> keras.optimizers.Optimizer:
     return adam
 
 
-StepFn = Callable[[SparseBatch, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
+StepFn = Callable[[SparseBatch, tf.Tensor], tf.Tensor]
 
 
 def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
                     config: TrainConfig, runtime: Runtime) -> StepFn:
-    """One data-parallel update: (batch, step) -> (averaged [loss, nll, kl, beta], finite).
+    """One data-parallel update: (batch, step) -> float32 [5], the averaged [loss, nll, kl,
+    beta] and 1 if the optimizer skipped the step (float16 gradients overflowed), else 0.
 
-    ``finite`` is False when float16 gradients overflowed and the optimizer skipped the step.
+    The step returns device tensors and never waits for the device: the caller reads them
+    back in blocks (``trainer.READ_EVERY``).
     """
     hvd, size = runtime.hvd, runtime.size
     if config.anneal_steps is None:
@@ -126,28 +129,35 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
         return tf.stack([loss, nll, kl, beta]), grads
 
     def apply(grads: list) -> tf.Tensor:
-        finite = tf.constant(True)
-        if scaling:  # the optimizer skips the step on overflow; count it for the log
-            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-        optimizer.apply(grads, variables)  # Horovod: unscale (fp16), skip if not finite
-        return finite
+        skipped = tf.constant(0.0)
+        if scaling:  # the optimizer skips the step on overflow: the same scale before, after
+            before = tf.convert_to_tensor(optimizer.dynamic_scale)  # read before the apply
+            optimizer.apply(grads, variables)  # Horovod: unscale (fp16), skip if not finite
+            return tf.cast(tf.convert_to_tensor(optimizer.dynamic_scale) < before, tf.float32)
+        optimizer.apply(grads, variables)
+        return skipped
 
-    def step(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def step(batch: SparseBatch, step_idx: tf.Tensor) -> tf.Tensor:
         stats, grads = gradients(batch, step_idx)
-        return stats, apply(grads)
+        return tf.concat([stats, [apply(grads)]], 0)
 
-    if size == 1:  # --xla compiles the whole step: forward, loss, gradients, apply
-        return tf.function(step, reduce_retracing=True, jit_compile=config.xla)
+    if size == 1:  # --xla compiles the whole step: forward, loss, gradients, apply. Each
+        # batch shape is its own trace (no reduce_retracing): one compile per traced shape.
+        return tf.function(step, reduce_retracing=not config.xla, jit_compile=config.xla)
     # XLA cannot compile Horovod's collectives: compile the two halves around them.
     compiled_gradients = tf.function(gradients, jit_compile=config.xla)
     compiled_apply = tf.function(apply, jit_compile=config.xla)
+    # --compression fp16: every tensor of the group travels as float16 (Horovod requires one
+    # dtype per group), the logged statistics too: the averaged loss keeps ~3 digits.
+    compression = hvd.Compression.fp16 if config.compression == "fp16" else hvd.Compression.none
 
-    def distributed_step(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def distributed_step(batch: SparseBatch, step_idx: tf.Tensor) -> tf.Tensor:
         stats, grads = compiled_gradients(batch, step_idx)
-        grads = hvd.grouped_allreduce(grads, op=hvd.Average)  # Horovod: average grads
-        finite = compiled_apply(grads)  # Horovod: unscale (fp16), skip if not finite
-        stats = hvd.allreduce(stats, op=hvd.Average)  # Horovod: averaged loss for logs
-        return stats, finite
+        # Horovod: one allreduce per step averages the gradients and the logged statistics
+        *grads, stats = hvd.grouped_allreduce([*grads, stats], op=hvd.Average,
+                                              compression=compression)
+        skipped = compiled_apply(grads)  # Horovod: unscale (fp16), skip if not finite
+        return tf.concat([stats, [skipped]], 0)
 
     return tf.function(distributed_step, reduce_retracing=True)
 
