@@ -96,6 +96,16 @@ def test_noise_depends_on_user_not_on_batch_position() -> None:
     assert uniforms.mean() == pytest.approx(0.5, abs=0.01)
 
 
+def test_normal_noise_is_box_muller_of_the_even_and_odd_uniform_columns() -> None:
+    step, users = tf.constant(3, tf.int64), tf.constant([[4], [11]], tf.int64)
+    column = tf.range(5, dtype=tf.int64)[tf.newaxis, :]
+    u1 = noise.uniform(2, noise.STREAM_EPSILON, step, users, 2 * column).numpy()
+    u2 = noise.uniform(2, noise.STREAM_EPSILON, step, users, 2 * column + 1).numpy()
+    expected = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * math.pi * u2)
+    got = noise.normal(2, step, tf.constant([4, 11], tf.int64), 5).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_training_forward_is_noisy_inference_is_not() -> None:
     model = MultVAE(30, hidden=8, latent=4, seed=0)
     data = batch([0, 0, 1], [1, 2, 5], [0, 1])

@@ -22,13 +22,13 @@ READS = ("numpy", "__bool__", "__float__", "__int__", "__index__", "__array__")
 
 
 def make_trainer(tmp_path, steps: int, precision: str = "fp32",
-                 learning_rate: float = 1e-3) -> Trainer:
+                 learning_rate: float = 1e-3, xla: bool = False) -> Trainer:
     rng = np.random.default_rng(0)
     train = sp.random(64, 30, density=0.2, format="csr", random_state=rng, dtype=np.float32)
     train.data[:] = 1.0
     config = TrainConfig(split="", output="", checkpoint_dir=str(tmp_path), batch_size=8,
                          hidden=8, latent=4, steps_per_epoch=steps, precision=precision,
-                         learning_rate=learning_rate)
+                         learning_rate=learning_rate, xla=xla)
     runtime = dist.Runtime(rank=0, size=1, local_rank=0, hosts=1, hvd=None)
     return Trainer(config, runtime, train, (train[:8], train[8:16]), split_digest="x")
 
@@ -97,3 +97,17 @@ def test_one_grouped_allreduce_per_step_carries_gradients_and_statistics(
         assert stats.shape == (5,) and np.isfinite(stats).all()
     # one trace, holding one grouped allreduce of every gradient and the statistics
     assert hvd.grouped == [len(trainer.model.trainable_variables) + 1] and hvd.single == 0
+
+
+def test_xla_compiles_the_step_once_per_epoch_size_not_per_batch(tmp_path) -> None:
+    trainer = make_trainer(tmp_path, steps=8, xla=True)
+    sizes, per_batch = set(), set()
+    for epoch in (1, 2, 3):
+        everyone = data.all_ranks_users(64, seed=0, epoch=epoch, steps=8, batch_size=8,
+                                        world_size=1)
+        sizes |= set(trainer.maker.padded_sizes(everyone).tolist())
+        per_batch |= set(data.BatchMaker(trainer.train, 4).padded_sizes(everyone).tolist())
+        trainer._run_epoch(epoch, broadcast_after_first=False)
+    assert len(per_batch) >= 5  # padded per batch, the step would compile this many times
+    # the step is traced (and XLA-compiled) once per input shape it sees
+    assert trainer.step_fn.experimental_get_tracing_count() == len(sizes) <= 3
