@@ -112,23 +112,29 @@ class SparseDense(keras.layers.Layer):
         self.bias = self.add_weight(shape=(units,), name="bias",
                                     initializer=init["bias_initializer"])
 
-    def call(self, sparse: tf.SparseTensor) -> tf.Tensor:
+    def call(self, batch: SparseBatch, values: tf.Tensor, users: tf.Tensor) -> tf.Tensor:
+        """[users, units] from ``batch``'s entries weighted by ``values`` (float32 [nnz]).
+
+        ``users`` is an int32 scalar: shape arithmetic in int32 stays in host memory on a GPU
+        (where the shape arguments of ScatterNd and segment sums are read), int64 would be
+        computed on the device and copied back, a wait for the device mid-step.
+        """
         kernel = self.kernel.value
         if self.form == "segment":
             # float32 gather and segment sum: their scatter gradient in float16/bfloat16 is
             # ~10x slower on an H100 (DESIGN.md section 8), and XLA compiles both.
-            rows, items = sparse.indices[:, 0], sparse.indices[:, 1]
-            picked = tf.gather(kernel, items) * sparse.values[:, tf.newaxis]
-            product = tf.math.unsorted_segment_sum(picked, rows, sparse.dense_shape[0])
+            picked = tf.gather(kernel, batch.item_idx) * values[:, tf.newaxis]
+            product = tf.math.unsorted_segment_sum(picked, batch.rows, users)
         elif self.form == "dense":  # duplicate (padding) entries have value 0: sums are exact
-            dense = tf.scatter_nd(sparse.indices, sparse.values, sparse.dense_shape)
+            index = tf.cast(tf.stack([batch.rows, batch.item_idx], axis=1), tf.int32)
+            dense = tf.scatter_nd(index, values, tf.stack([users, kernel.shape[0]]))
             product = tf.matmul(dense, kernel)
         else:
-            half = tf.shape(sparse.values)[0] // 2
-            parts = [tf.SparseTensor(sparse.indices[:half], sparse.values[:half],
-                                     sparse.dense_shape),
-                     tf.SparseTensor(sparse.indices[half:], sparse.values[half:],
-                                     sparse.dense_shape)]
+            index = tf.stack([batch.rows, batch.item_idx], axis=1)
+            shape = tf.cast(tf.stack([users, kernel.shape[0]]), tf.int64)
+            half = tf.shape(values)[0] // 2
+            parts = [tf.SparseTensor(index[:half], values[:half], shape),
+                     tf.SparseTensor(index[half:], values[half:], shape)]
             product = tf.add_n([tf.sparse.sparse_dense_matmul(part, kernel) for part in parts])
         return tf.tanh(product + self.bias.value)
 
@@ -223,16 +229,15 @@ class MultVAE(keras.Model):
     def forward(self, batch: SparseBatch, training: bool = False,
                 step: tf.Tensor | int = 0) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Like ``call`` but the logits stay in the compute dtype (the loss upcasts them)."""
-        users = tf.shape(batch.user_idx, out_type=tf.int64)[0]
+        users = tf.shape(batch.user_idx)[0]  # int32: see SparseDense.call
         values = self._normalise(batch, users)
         if training and self.dropout > 0.0:
             entry_user = tf.gather(batch.user_idx, batch.rows)
             keep = noise.uniform(self.seed, noise.STREAM_DROPOUT, step, entry_user,
                                  batch.item_idx) >= self.dropout
             values = tf.where(keep, values / (1.0 - self.dropout), 0.0)
-        sparse = tf.SparseTensor(tf.stack([batch.rows, batch.item_idx], axis=1), values,
-                                 tf.stack([users, tf.constant(self.n_padded, tf.int64)]))
-        return self._dense(self.encoder_hidden(sparse), batch.user_idx, step, training)
+        return self._dense(self.encoder_hidden(batch, values, users), batch.user_idx, step,
+                           training)
 
     def _dense(self, hidden: tf.Tensor, user_idx: tf.Tensor, step: tf.Tensor | int,
                training: bool) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:

@@ -139,7 +139,7 @@ class BatchMaker:
         starts = tf.gather(self._indptr, users)
         splits = tf.concat([tf.zeros([1], tf.int64),
                             tf.cumsum(tf.gather(self._indptr, users + 1) - starts)], 0)
-        entry = tf.range(padded)
+        entry = tf.range(padded, dtype=tf.int64)  # int64 start and delta: no Cast on device
         real = entry < splits[-1]
         last = tf.shape(users, out_type=tf.int64)[0] - 1
         rows = tf.minimum(tf.searchsorted(splits, entry, side="right", out_type=tf.int64) - 1,

@@ -23,11 +23,17 @@ SIGNATURE_INPUTS = (tf.TensorSpec([None], tf.int64, name="row_splits"),
 
 
 def ragged_batch(row_splits: tf.Tensor, item_idx: tf.Tensor) -> SparseBatch:
-    """Users' items given as ragged rows -> a ``SparseBatch`` of ones."""
-    rows = tf.ragged.row_splits_to_segment_ids(row_splits)
-    users = tf.shape(row_splits, out_type=tf.int64)[0] - 1
+    """Users' items given as ragged rows -> a ``SparseBatch`` of ones.
+
+    Sizes come from int32 shapes (host memory on a GPU) and rows from a search of the
+    splits: ``tf.ragged.row_splits_to_segment_ids`` takes a ``tf.range`` of a value the GPU
+    computes, a wait for the device in every request.
+    """
+    entries = tf.cast(tf.range(tf.shape(item_idx)[0]), tf.int64)
+    rows = tf.searchsorted(row_splits[1:], entries, side="right", out_type=tf.int64)
+    users = tf.cast(tf.range(tf.shape(row_splits)[0] - 1), tf.int64)
     return SparseBatch(rows=rows, item_idx=item_idx, values=tf.ones_like(item_idx, tf.float32),
-                       user_idx=tf.range(users))
+                       user_idx=users)
 
 
 class _Untracked:
@@ -65,8 +71,7 @@ class ServingModule(tf.Module):
         ``-inf`` scores in the tail (and never one of the user's own items ahead of them).
         """
         scores = self._scores(row_splits, item_idx)
-        rows = tf.ragged.row_splits_to_segment_ids(row_splits)
-        known = tf.stack([rows, item_idx], axis=1)
+        known = tf.stack([ragged_batch(row_splits, item_idx).rows, item_idx], axis=1)
         masked = tf.tensor_scatter_nd_update(
             scores, known, tf.fill(tf.shape(item_idx), tf.constant(-np.inf, tf.float32)))
         top = tf.math.top_k(masked, k=tf.minimum(k, self.n_items))
