@@ -26,7 +26,7 @@ from vaecf.errors import VaecfError
 from vaecf.model import MultVAE, SparseBatch, beta_at, gaussian_kl, l2_penalty, multinomial_nll
 from vaecf.train import devices
 from vaecf.train.config import TrainConfig
-from vaecf.train.optimizer import FusedAdam
+from vaecf.train.optimizer import FusedAdam, SkippingLossScale
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def make_optimizer(config: TrainConfig) -> keras.optimizers.Optimizer:
     """Adam, wrapped for dynamic loss scaling under float16."""
     adam = FusedAdam(learning_rate=config.learning_rate)
     if config.precision == "mixed_float16":
-        return keras.optimizers.LossScaleOptimizer(adam)
+        return SkippingLossScale(adam)
     return adam
 
 
