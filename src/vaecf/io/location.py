@@ -68,6 +68,7 @@ def _check_local(output: str, manifest: str, inputs: list[str]) -> None:
     raw = local_path(output)
     if output.rstrip("/") in ("", ".", "..") or raw.name in ("", ".", ".."):
         raise _refuse(output, "'.', '..' and '/' are never a stage's output")
+    _check_length(output, Path(os.path.abspath(raw)))
     if raw.is_symlink():
         raise _refuse(output, "is a symbolic link, not a stage output folder")
     real = resolved(raw, output)

@@ -7,6 +7,7 @@ stage that fails or is killed leaves its output location absent or complete, nev
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -23,6 +24,8 @@ from vaecf.io.locks import lease, lock_file, pid_alive
 from vaecf.io.paths import inside
 
 _TEMP_SUFFIX = "[a-z0-9_]{8}"  # what tempfile.mkdtemp appends
+# A full disk or quota, a file too large, a read-only or failing device.
+DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
 
 
 @contextmanager
@@ -31,8 +34,9 @@ def publish(output: str, manifest: str, inputs: Iterable[str | None] = ()) -> It
 
     ``output`` must satisfy the output-location rule (``vaecf.io.location``), checked before
     the block runs (so a refused or unwritable output fails before any work) and again just
-    before a previous output is replaced. Concurrent publishers to one local output: the first
-    holds a lock for the whole stage and the others fail at once with one line.
+    before a previous output is replaced. Concurrent publishers to one output: the first holds
+    a lock (local) or a lease (S3) for the whole stage and the others fail at once with one
+    line. A full disk, quota or failing device while the block writes is one line too.
 
     Args:
       manifest: the manifest file that marks this stage's outputs.
@@ -46,7 +50,8 @@ def publish(output: str, manifest: str, inputs: Iterable[str | None] = ()) -> It
         with lease(output) as held, _private_tmp("publish") as area:
             staging = area / "out"
             staging.mkdir()
-            yield staging
+            with _writing(output, f"$TMPDIR ({area})"):
+                yield staging
             held.check()
             check_output(output, manifest, sources)
             storage.upload_dir(staging, output, first=manifest)
@@ -55,10 +60,25 @@ def publish(output: str, manifest: str, inputs: Iterable[str | None] = ()) -> It
     with _local_area(target, output) as area:
         staging = area / "out"
         staging.mkdir()
-        yield staging
+        with _writing(output, str(area.parent)):
+            yield staging
         check_output(output, manifest, sources)
         target.parent.mkdir(parents=True, exist_ok=True)
         _replace_dir(staging, target, area.name.rsplit(".staging-", 1)[0])
+
+
+@contextmanager
+def _writing(output: str, where: str) -> Iterator[None]:
+    """An ``OSError`` the user fixes outside vaecf (``DISK_ERRORS``) becomes one line naming
+    where the stage was writing; the staging area is removed as on any failure."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in DISK_ERRORS:
+            raise
+        file = f", {err.filename}" if err.filename else ""
+        raise VaecfError(f"{output}: {os.strerror(err.errno)} while writing in {where}{file}; "
+                         "nothing was written") from err
 
 
 @contextmanager
