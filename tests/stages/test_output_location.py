@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -282,3 +283,124 @@ def test_an_s3_checksum_error_names_the_s3_key(cli, s3_raw: str, s3_bucket: str,
     refused(cli("split", "--input", out, "--output", tmp_path / "split"), "split",
             f"{out}/interactions.parquet: SHA-256 does not match")
     assert not (tmp_path / "split").exists()
+
+
+@pytest.mark.parametrize("extra", ["link", "dangling-link", "empty-folder"])
+def test_a_previous_output_plus_anything_unlisted_is_refused(cli, raw: Path, tmp_path: Path,
+                                                             extra: str) -> None:
+    out = tmp_path / "inter"
+    assert cli("preprocess", "--input", raw, "--output", out)[0] == 0
+    if extra == "link":
+        (out / "mine").symlink_to(tmp_path)
+    elif extra == "dangling-link":
+        (out / "mine").symlink_to(tmp_path / "nowhere")
+    else:
+        (out / "mine").mkdir()
+    before = tree(out)
+    refused(cli("preprocess", "--input", raw, "--output", out), "preprocess", "not empty")
+    assert tree(out) == before and os.path.lexists(out / "mine")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inter"]
+
+
+@pytest.mark.parametrize("pattern", ["o*", "o?", "o[0-9]"])
+def test_an_output_name_is_not_a_pattern_for_another_runs_debris(tmp_path: Path,
+                                                                 pattern: str) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    live = publisher(tmp_path / "o1", "live", 3.0, env)
+    assert live.stdout.readline() == "ready\n"  # type: ignore[union-attr]
+    other = publisher(tmp_path / pattern, "other", 0.0, env)
+    assert other.wait(timeout=60) == 0, other.stderr.read()  # type: ignore[union-attr]
+    assert live.wait(timeout=60) == 0, live.stderr.read()  # type: ignore[union-attr]
+    assert (tmp_path / "o1" / "data.bin").read_text() == "live"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["o1", pattern])
+
+
+def test_an_output_inside_another_runs_staging_area_is_refused(cli, raw: Path,
+                                                               tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    live = publisher(tmp_path / "o1", "live", 3.0, env)
+    assert live.stdout.readline() == "ready\n"  # type: ignore[union-attr]
+    [area] = [p for p in tmp_path.iterdir() if p.name.startswith(".o1.staging-")]
+    before = tree(area)
+    refused(cli("preprocess", "--input", raw, "--output", area / "evil"), "preprocess",
+            "inside the working area of another vaecf run")
+    assert tree(area) == before and not (area / "evil").exists()
+    assert live.wait(timeout=60) == 0, live.stderr.read()  # type: ignore[union-attr]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o1"]
+
+
+def test_a_second_s3_publisher_stops_with_one_line(tmp_path: Path, s3_bucket: str) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    uri = f"s3://{s3_bucket}/out"
+    first = publisher(uri, "first", 3.0, env)  # type: ignore[arg-type]
+    assert first.stdout.readline() == "ready\n"  # type: ignore[union-attr]
+    second = publisher(uri, "second", 0.0, env)  # type: ignore[arg-type]
+    assert second.wait(timeout=60) == 1
+    [line] = second.stderr.read().strip().splitlines()  # type: ignore[union-attr]
+    assert line.startswith(f"error: {uri}: another vaecf stage is writing this output now (pid "
+                           f"{first.pid} on "), line
+    assert first.wait(timeout=60) == 0, first.stderr.read()  # type: ignore[union-attr]
+    assert bucket_objects(s3_bucket)["out/data.bin"] == b"first"
+    assert sorted(bucket_objects(s3_bucket)) == ["out/_SUCCESS", "out/data.bin",
+                                                 "out/toy_manifest.json"]
+
+
+KILLED_AFTER_MANIFEST = textwrap.dedent("""
+    import os, signal, sys
+    from vaecf.io import publish, storage, write_manifest
+    upload = storage.upload_file
+    def upload_then_die(src, uri):
+        upload(src, uri)
+        if uri.endswith("_manifest.json") and sys.argv[2] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+    storage.upload_file = upload_then_die
+    with publish(sys.argv[1], "toy_manifest.json") as staging:
+        for name in sys.argv[3:]:
+            (staging / name).write_text(sys.argv[2])
+        write_manifest(staging, "toy", inputs={}, parameters={}, counts={}, started=0.0)
+""")
+
+
+def test_an_s3_replace_killed_after_its_manifest_is_replaced_by_the_next_run(
+        tmp_path: Path, s3_bucket: str) -> None:
+    uri = f"s3://{s3_bucket}/out"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+
+    def run(tag: str, *files: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", KILLED_AFTER_MANIFEST, uri, tag, *files],
+                              capture_output=True, text=True, env=env, timeout=120)
+
+    assert run("old", "data.bin", "top_k.parquet").returncode == 0
+    assert run("kill", "data.bin").returncode == -signal.SIGKILL
+    assert "out/_SUCCESS" not in bucket_objects(s3_bucket)
+    result = run("new", "data.bin")
+    assert result.returncode == 0, result.stderr
+    objects = bucket_objects(s3_bucket)
+    assert sorted(objects) == ["out/_SUCCESS", "out/data.bin", "out/toy_manifest.json"]
+    assert objects["out/data.bin"] == b"new"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_s3_output_holding_only_its_folder_marker_is_empty(cli, s3_raw: str,
+                                                              s3_bucket: str) -> None:
+    boto3.client("s3").put_object(Bucket=s3_bucket, Key="run2/", Body=b"")
+    code, _, err = cli("preprocess", "--input", s3_raw, "--output", f"s3://{s3_bucket}/run2")
+    assert code == 0, err
+    assert storage.list_keys(f"s3://{s3_bucket}/run2") == [
+        "_SUCCESS", "interactions.parquet", "preprocess_manifest.json"]
+
+
+@pytest.mark.parametrize("prefix,key", [("abs", "abs//{tmp}/evil"), ("up", "up/../../evil")])
+def test_an_s3_input_key_that_leaves_its_prefix_writes_nothing(
+        cli, raw: Path, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        prefix: str, key: str) -> None:
+    temp = tmp_path / "t"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # "../../evil" from $TMPDIR/vaecf-*/
+    storage.upload_dir(raw, f"s3://{s3_bucket}/{prefix}", first="download_manifest.json")
+    evil = key.format(tmp=tmp_path)
+    boto3.client("s3").put_object(Bucket=s3_bucket, Key=evil, Body=b"owned")
+    refused(cli("preprocess", "--input", f"s3://{s3_bucket}/{prefix}", "--output",
+                tmp_path / "out"), "preprocess", f"s3://{s3_bucket}/{prefix}: ",
+            evil.removeprefix(f"{prefix}/"), "is not a path inside its folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t"] and list(temp.iterdir()) == []
