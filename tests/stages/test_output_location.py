@@ -404,3 +404,101 @@ def test_an_s3_input_key_that_leaves_its_prefix_writes_nothing(
                 tmp_path / "out"), "preprocess", f"s3://{s3_bucket}/{prefix}: ",
             evil.removeprefix(f"{prefix}/"), "is not a path inside its folder")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t"] and list(temp.iterdir()) == []
+
+
+def _namespaces_work() -> bool:
+    try:
+        return subprocess.run(["unshare", "-Urm", "true"], capture_output=True,
+                              timeout=30).returncode == 0
+    except OSError:
+        return False
+
+
+needs_mounts = pytest.mark.skipif(not _namespaces_work(), reason="mounting a small tmpfs as "
+                                  "any user needs `unshare -Urm`, which this machine refuses")
+VAECF = f"{sys.executable} -m vaecf.cli"
+
+
+def in_namespace(script: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run bash ``script`` as root of new user and mount namespaces: it may mount a tmpfs,
+    which nobody else sees and which vanishes with it."""
+    return subprocess.run(["unshare", "-Urm", "bash", "-euc", script], capture_output=True,
+                          text=True, env={**os.environ, **env}, timeout=300)
+
+
+@needs_mounts
+def test_an_output_that_is_a_mount_point_is_refused_before_any_work(raw: Path,
+                                                                    tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    result = in_namespace(f"""
+        mount -t tmpfs tmpfs "$OUT"
+        code=0; {VAECF} preprocess --input "$RAW" --output "$OUT" || code=$?
+        echo "code $code"; echo "holds:" $(ls -A "$OUT")
+    """, RAW=str(raw), OUT=str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"vaecf preprocess: error: {tmp_path / 'out'}: is a mount point"), line
+    assert result.stdout.splitlines() == ["code 1", "holds:"]  # no work, nothing written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+FULL_DISK = """
+    mount -t tmpfs -o size=2m tmpfs "$DISK"
+    {vaecf} {argv} --output "$DISK/out" > /dev/null
+    (cd "$DISK/out" && sha256sum *) > "$REPORT/before"
+    cat /dev/zero > "$DISK/fill" 2> /dev/null || true
+    code=0; {vaecf} {argv} --output "$DISK/out" > /dev/null 2> "$REPORT/stderr" || code=$?
+    echo $code > "$REPORT/code"
+    (cd "$DISK/out" && sha256sum *) > "$REPORT/after"
+    ls -A "$DISK" > "$REPORT/listing"
+"""
+
+
+@needs_mounts
+@pytest.mark.parametrize("stage", ["download", "preprocess", "split"])
+def test_a_full_disk_is_one_line_and_keeps_the_previous_output(cli, raw: Path, tmp_path: Path,
+                                                               stage: str) -> None:
+    (disk := tmp_path / "disk").mkdir()
+    (report := tmp_path / "report").mkdir()
+    argv = {"download": f"download --dataset synthetic {' '.join(USERS_ITEMS)}",
+            "preprocess": f"preprocess --input {raw}",
+            "split": f"split --input {tmp_path / 'inter'}"}[stage]
+    if stage == "split":
+        assert cli("preprocess", "--input", raw, "--output", tmp_path / "inter")[0] == 0
+    result = in_namespace(FULL_DISK.format(vaecf=VAECF, argv=argv), DISK=str(disk),
+                          REPORT=str(report))
+    assert result.returncode == 0, result.stderr
+    assert (report / "code").read_text() == "1\n"
+    [line] = (report / "stderr").read_text().strip().splitlines()
+    assert line.startswith(f"vaecf {stage}: error: {disk}/out: No space left on device "
+                           f"while writing in {disk}"), line
+    assert (report / "after").read_text() == (report / "before").read_text() != ""
+    assert (report / "listing").read_text().split() == ["fill", "out"]  # no staging, no lock
+
+
+@needs_mounts
+@pytest.mark.parametrize("side", ["input", "output"])
+def test_a_full_tmpdir_under_an_s3_transfer_is_one_line(cli, raw: Path, s3_raw: str,
+                                                        s3_bucket: str, tmp_path: Path,
+                                                        side: str) -> None:
+    (temp := tmp_path / "tmp").mkdir()
+    if side == "input":
+        out = str(tmp_path / "inter")
+        argv = f"preprocess --input {s3_raw} --output {out}"
+    else:
+        out = f"s3://{s3_bucket}/run1/inter"
+        argv = f"preprocess --input {raw} --output {out}"
+    assert cli(*argv.split())[0] == 0  # the previous output
+    before = bucket_objects(s3_bucket), tree(tmp_path)
+    result = in_namespace(f"""
+        mount -t tmpfs -o size=64k tmpfs "$TMPDIR"
+        head -c 60k /dev/zero > "$TMPDIR/fill"  # 4 KiB left: Python's probe of $TMPDIR fits
+        code=0; {VAECF} {argv} > /dev/null || code=$?
+        echo "code $code"; echo "left:" $(ls -A "$TMPDIR")
+    """, TMPDIR=str(temp))
+    assert result.stdout.splitlines() == ["code 1", "left: fill"], result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("vaecf preprocess: error: "), line
+    assert "No space left on device" in line and str(temp) in line
+    assert (s3_raw if side == "input" else out) in line
+    assert (bucket_objects(s3_bucket), tree(tmp_path)) == before

@@ -10,6 +10,7 @@ ran on this host and is gone, belongs to a killed run and is taken over.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -102,10 +103,13 @@ class Lease:
         """Delete a killed run's lease (conditional on its ETag) and create ours, or refuse."""
         try:
             found = self.s3.get_object(Bucket=self.bucket, Key=self.key)
-            holder: dict[str, Any] = json.loads(found["Body"].read())
         except Exception:  # vanished meanwhile, or not ours to read: try once more below
-            found, holder = None, {}
+            found = None
         if found is not None:
+            try:
+                holder: dict[str, Any] = dict(json.loads(found["Body"].read()))
+            except (ValueError, TypeError):  # not a lease vaecf wrote: stale by age alone
+                holder = {}
             now = parsedate_to_datetime(found["ResponseMetadata"]["HTTPHeaders"]["date"])
             age = (now - found["LastModified"]).total_seconds()
             gone = holder.get("host") == socket.gethostname() and isinstance(
@@ -146,10 +150,9 @@ class Lease:
         self._stop.set()
         self._thread.join()
         if not self.lost and self.etag is not None:
-            try:
+            # Taken over meanwhile, or unreachable: STALE_SECONDS frees it.
+            with contextlib.suppress(Exception):
                 self.s3.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self.etag)
-            except Exception:
-                pass  # taken over meanwhile, or unreachable: STALE_SECONDS frees it
 
 
 @contextmanager

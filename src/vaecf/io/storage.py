@@ -86,6 +86,9 @@ def download_file(uri: str, dest: Path) -> None:
     bucket, key = split_s3(uri)
     try:
         client().download_file(bucket, key, str(dest), Config=_transfer_config())
+    except OSError as err:  # a full disk or quota where the copy goes (often $TMPDIR)
+        raise VaecfError(f"{uri}: {err.strerror or err} while downloading to {dest.parent}"
+                         ) from err
     except Exception as err:
         raise describe(err, uri) from err
 
