@@ -241,3 +241,17 @@ def test_an_s3_lease_of_another_host_is_taken_over_only_once_stale(
         _write_stage(staging, b"abc")
     assert storage.list_keys(f"s3://{s3_bucket}") == ["out/_SUCCESS", "out/data.bin",
                                                       "out/sub/x.txt", f"out/{TOY}"]
+
+
+def test_an_s3_server_that_ignores_conditional_writes_is_named(
+        s3_bucket: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    put = locks.Lease._put
+    with monkeypatch.context() as patched:
+        patched.setattr(locks.Lease, "_put", lambda self, **condition: put(self))
+        with publish(f"s3://{s3_bucket}/out", TOY) as staging:
+            _write_stage(staging, b"abc")
+    assert "this S3 server ignores conditional writes" in capsys.readouterr().err
+    with publish(f"s3://{s3_bucket}/out", TOY) as staging:  # moto honours them
+        _write_stage(staging, b"abc")
+    assert capsys.readouterr().err == ""

@@ -24,6 +24,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
+from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import storage
 
@@ -96,6 +97,11 @@ class Lease:
         self.etag = self._put(IfNoneMatch="*")
         if self.etag is None:
             self._take_over_stale()
+        probe = self._put(IfNoneMatch="*")  # must fail: the lease exists
+        if probe is not None:
+            self.etag = probe
+            log.warning(f"vaecf: warning: {self.output}: this S3 server ignores conditional writes "
+                        "(If-None-Match), so nothing stops two runs writing this output at once")
         self._thread = threading.Thread(target=self._renew, daemon=True)
         self._thread.start()
 
