@@ -1,10 +1,11 @@
 """One writer per output: a lock file for a local output, a lease object for an S3 prefix.
 
-Local outputs use ``flock`` on ``.<name>.lock`` beside the output. S3 has no locks, but S3,
-MinIO and SeaweedFS honour a conditional write (``If-None-Match: *``): of two runs creating
-the lease object ``.<name>.lock`` beside the prefix, exactly one succeeds. The holder renews
-it every ``RENEW_SECONDS`` (a write conditional on its own ETag, so a lease taken over is
-noticed); a lease unrenewed for ``STALE_SECONDS`` by the server's clock, or one whose holder
+Local outputs use ``flock`` on ``.<name>.lock`` beside the output. S3 has no locks, but AWS S3
+and MinIO (SeaweedFS since 3.97) honour a conditional write (``If-None-Match: *``): of two runs
+creating the lease object ``.<name>.lock`` beside the prefix, exactly one succeeds; a server
+that ignores the condition is caught by a second such write and named in a warning. The holder
+renews it every ``RENEW_SECONDS`` (a write conditional on its own ETag, so a lease taken over
+is noticed); a lease unrenewed for ``STALE_SECONDS`` by the server's clock, or one whose holder
 ran on this host and is gone, belongs to a killed run and is taken over.
 """
 
@@ -150,7 +151,8 @@ class Lease:
         except Exception:
             current = None
         if self.lost or current != self.etag:
-            raise busy(self.output, " (it took over this run's lease, unrenewed too long)")
+            raise busy(self.output, " (it took this run's lease over: not renewed for "
+                                    f"{STALE_SECONDS:.0f} s)")
 
     def release(self) -> None:
         self._stop.set()
