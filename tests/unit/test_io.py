@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import boto3
@@ -255,3 +256,22 @@ def test_an_s3_server_that_ignores_conditional_writes_is_named(
     with publish(f"s3://{s3_bucket}/out", TOY) as staging:  # moto honours them
         _write_stage(staging, b"abc")
     assert capsys.readouterr().err == ""
+
+
+def test_an_s3_lease_is_renewed_and_a_lost_one_publishes_nothing(
+        s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(locks, "RENEW_SECONDS", 0.1)
+    s3, uri = boto3.client("s3"), f"s3://{s3_bucket}/out"
+    with publish(uri, TOY) as staging:
+        first = s3.head_object(Bucket=s3_bucket, Key=".out.lock")["ETag"]
+        time.sleep(0.5)
+        assert s3.head_object(Bucket=s3_bucket, Key=".out.lock")["ETag"] != first
+        _write_stage(staging, b"first")
+    published = storage.list_keys(f"s3://{s3_bucket}")
+    with pytest.raises(VaecfError, match="it took this run's lease over"), \
+            publish(uri, TOY) as staging:
+        _write_stage(staging, b"abc")
+        s3.put_object(Bucket=s3_bucket, Key=".out.lock", Body=b"another run's")
+        time.sleep(0.3)
+    assert storage.list_keys(f"s3://{s3_bucket}") == [".out.lock", *published]
+    assert s3.get_object(Bucket=s3_bucket, Key="out/data.bin")["Body"].read() == b"first"
