@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -275,3 +278,30 @@ def test_an_s3_lease_is_renewed_and_a_lost_one_publishes_nothing(
         time.sleep(0.3)
     assert storage.list_keys(f"s3://{s3_bucket}") == [".out.lock", *published]
     assert s3.get_object(Bucket=s3_bucket, Key="out/data.bin")["Body"].read() == b"first"
+
+
+@pytest.mark.parametrize("holder,taken", [
+    ({"name": "a", "pid": "dead", "pids": "mine"}, True),
+    ({"name": "b", "pid": "alive", "pids": "mine"}, False),
+    ({"name": "c", "pid": "dead", "pids": "pid:[1]"}, False),  # a container of this host name
+])
+def test_an_s3_lease_of_this_host_is_taken_over_once_its_process_is_gone(
+        s3_bucket: str, holder: dict[str, str], taken: bool) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    body = {"host": socket.gethostname(), "time": time.time(),
+            "pid": int(dead) if holder["pid"] == "dead" else os.getpid(),
+            "pids": os.readlink("/proc/self/ns/pid") if holder["pids"] == "mine"
+            else holder["pids"]}
+    name = holder["name"]
+    boto3.client("s3").put_object(Bucket=s3_bucket, Key=f".{name}.lock",
+                                  Body=json.dumps(body).encode())
+    if taken:
+        with publish(f"s3://{s3_bucket}/{name}", TOY) as staging:
+            _write_stage(staging, b"abc")
+        assert f".{name}.lock" not in storage.list_keys(f"s3://{s3_bucket}")
+    else:
+        with pytest.raises(VaecfError, match=f"now \\(pid {body['pid']} on "), \
+                publish(f"s3://{s3_bucket}/{name}", TOY):
+            pass
+        assert not storage.list_keys(f"s3://{s3_bucket}/{name}")

@@ -63,6 +63,14 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def _pid_namespace() -> str:
+    """This process's pid namespace (``pid:[4026531836]``): pids compare only within one."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def lease_key(uri: str) -> tuple[str, str]:
     """``s3://b/p/out`` -> ``("b", "p/.out.lock")``: beside the prefix, never inside it."""
     bucket, key = storage.split_s3(uri)
@@ -83,8 +91,8 @@ class Lease:
 
     def _put(self, **condition: str) -> str | None:
         """Write the lease under ``condition``; its new ETag, or None if the condition failed."""
-        body = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                           "time": time.time()}).encode()
+        body = json.dumps({"host": socket.gethostname(), "pids": _pid_namespace(),
+                           "pid": os.getpid(), "time": time.time()}).encode()
         try:
             return str(self.s3.put_object(Bucket=self.bucket, Key=self.key, Body=body,
                                           **condition)["ETag"])
@@ -119,8 +127,9 @@ class Lease:
                 holder = {}
             now = parsedate_to_datetime(found["ResponseMetadata"]["HTTPHeaders"]["date"])
             age = (now - found["LastModified"]).total_seconds()
-            gone = holder.get("host") == socket.gethostname() and isinstance(
-                holder.get("pid"), int) and not pid_alive(holder["pid"])
+            here = holder.get("host") == socket.gethostname() and holder.get(
+                "pids") == _pid_namespace()  # containers sharing a host name may not share pids
+            gone = here and isinstance(holder.get("pid"), int) and not pid_alive(holder["pid"])
             if not gone and age < STALE_SECONDS:
                 since = datetime.fromtimestamp(holder.get("time", 0)).isoformat(timespec="seconds")
                 raise busy(self.output, f" (pid {holder.get('pid')} on {holder.get('host')}, "
