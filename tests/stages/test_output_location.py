@@ -159,7 +159,7 @@ def test_a_successful_run_creates_the_parent_folders(cli, raw: Path, tmp_path: P
 
 
 PUBLISHER = textwrap.dedent("""
-    import sys, time
+    import os, sys, time
     from vaecf.errors import VaecfError
     from vaecf.io import publish, scratch, write_manifest
     try:
@@ -167,7 +167,11 @@ PUBLISHER = textwrap.dedent("""
             (tmp / "extracted").write_bytes(b"x" * 1000)
             (staging / "data.bin").write_text(sys.argv[2])
             print("ready", flush=True)
-            time.sleep(float(sys.argv[3]))
+            if sys.argv[3].startswith("/"):  # hold on until the test creates this file
+                while not os.path.exists(sys.argv[3]):
+                    time.sleep(0.05)
+            else:
+                time.sleep(float(sys.argv[3]))
             write_manifest(staging, "toy", inputs={}, parameters={}, counts={}, started=0.0)
     except VaecfError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -175,8 +179,9 @@ PUBLISHER = textwrap.dedent("""
 """)
 
 
-def publisher(target: Path, tag: str, seconds: float, env: dict[str, str]
+def publisher(target: Path, tag: str, seconds: float | Path, env: dict[str, str]
               ) -> subprocess.Popen[str]:
+    """A process publishing ``tag`` to ``target`` after ``seconds`` (or once that file exists)."""
     return subprocess.Popen([sys.executable, "-c", PUBLISHER, str(target), tag, str(seconds)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
@@ -302,43 +307,52 @@ def test_a_previous_output_plus_anything_unlisted_is_refused(cli, raw: Path, tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["inter"]
 
 
+def held_publisher(target: Path | str, tag: str, tmp_path: Path
+                   ) -> tuple[subprocess.Popen[str], Path]:
+    """A publisher of ``target`` that has staged its output and waits for the returned file."""
+    (ctl := tmp_path / "ctl").mkdir(exist_ok=True)
+    release = ctl / f"release-{tag}"
+    live = publisher(target, tag, release, {**os.environ, "TMPDIR": str(ctl)})  # type: ignore[arg-type]
+    assert live.stdout.readline() == "ready\n"  # type: ignore[union-attr]
+    return live, release
+
+
 @pytest.mark.parametrize("pattern", ["o*", "o?", "o[0-9]"])
 def test_an_output_name_is_not_a_pattern_for_another_runs_debris(tmp_path: Path,
                                                                  pattern: str) -> None:
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    live = publisher(tmp_path / "o1", "live", 3.0, env)
-    assert live.stdout.readline() == "ready\n"  # type: ignore[union-attr]
-    other = publisher(tmp_path / pattern, "other", 0.0, env)
+    (work := tmp_path / "work").mkdir()
+    live, release = held_publisher(work / "o1", "live", tmp_path)
+    other = publisher(work / pattern, "other", 0.0, {**os.environ, "TMPDIR": str(tmp_path)})
     assert other.wait(timeout=60) == 0, other.stderr.read()  # type: ignore[union-attr]
+    release.touch()
     assert live.wait(timeout=60) == 0, live.stderr.read()  # type: ignore[union-attr]
-    assert (tmp_path / "o1" / "data.bin").read_text() == "live"
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["o1", pattern])
+    assert (work / "o1" / "data.bin").read_text() == "live"
+    assert sorted(p.name for p in work.iterdir()) == sorted(["o1", pattern])
 
 
 def test_an_output_inside_another_runs_staging_area_is_refused(cli, raw: Path,
                                                                tmp_path: Path) -> None:
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    live = publisher(tmp_path / "o1", "live", 3.0, env)
-    assert live.stdout.readline() == "ready\n"  # type: ignore[union-attr]
-    [area] = [p for p in tmp_path.iterdir() if p.name.startswith(".o1.staging-")]
+    (work := tmp_path / "work").mkdir()
+    live, release = held_publisher(work / "o1", "live", tmp_path)
+    [area] = [p for p in work.iterdir() if p.name.startswith(".o1.staging-")]
     before = tree(area)
     refused(cli("preprocess", "--input", raw, "--output", area / "evil"), "preprocess",
             "inside the working area of another vaecf run")
     assert tree(area) == before and not (area / "evil").exists()
+    release.touch()
     assert live.wait(timeout=60) == 0, live.stderr.read()  # type: ignore[union-attr]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["o1"]
+    assert sorted(p.name for p in work.iterdir()) == ["o1"]
 
 
 def test_a_second_s3_publisher_stops_with_one_line(tmp_path: Path, s3_bucket: str) -> None:
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
     uri = f"s3://{s3_bucket}/out"
-    first = publisher(uri, "first", 3.0, env)  # type: ignore[arg-type]
-    assert first.stdout.readline() == "ready\n"  # type: ignore[union-attr]
-    second = publisher(uri, "second", 0.0, env)  # type: ignore[arg-type]
+    first, release = held_publisher(uri, "first", tmp_path)
+    second = publisher(uri, "second", 0.0, {**os.environ, "TMPDIR": str(tmp_path)})  # type: ignore[arg-type]
     assert second.wait(timeout=60) == 1
     [line] = second.stderr.read().strip().splitlines()  # type: ignore[union-attr]
     assert line.startswith(f"error: {uri}: another vaecf stage is writing this output now (pid "
                            f"{first.pid} on "), line
+    release.touch()
     assert first.wait(timeout=60) == 0, first.stderr.read()  # type: ignore[union-attr]
     assert bucket_objects(s3_bucket)["out/data.bin"] == b"first"
     assert sorted(bucket_objects(s3_bucket)) == ["out/_SUCCESS", "out/data.bin",
