@@ -4,6 +4,7 @@ concurrent publishers and killed runs leave no damage and no debris."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -168,7 +170,10 @@ PUBLISHER = textwrap.dedent("""
             (staging / "data.bin").write_text(sys.argv[2])
             print("ready", flush=True)
             if sys.argv[3].startswith("/"):  # hold on until the test creates this file
+                deadline = time.monotonic() + 300
                 while not os.path.exists(sys.argv[3]):
+                    if time.monotonic() > deadline:
+                        sys.exit(3)
                     time.sleep(0.05)
             else:
                 time.sleep(float(sys.argv[3]))
@@ -307,25 +312,33 @@ def test_a_previous_output_plus_anything_unlisted_is_refused(cli, raw: Path, tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["inter"]
 
 
+@contextlib.contextmanager
 def held_publisher(target: Path | str, tag: str, tmp_path: Path
-                   ) -> tuple[subprocess.Popen[str], Path]:
-    """A publisher of ``target`` that has staged its output and waits for the returned file."""
+                   ) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """A publisher of ``target`` that has staged its output and waits for the yielded file
+    (killed when the block fails)."""
     (ctl := tmp_path / "ctl").mkdir(exist_ok=True)
     release = ctl / f"release-{tag}"
     live = publisher(target, tag, release, {**os.environ, "TMPDIR": str(ctl)})  # type: ignore[arg-type]
-    assert live.stdout.readline() == "ready\n"  # type: ignore[union-attr]
-    return live, release
+    try:
+        assert live.stdout.readline() == "ready\n"  # type: ignore[union-attr]
+        yield live, release
+    except BaseException:
+        live.kill()
+        raise
+    finally:
+        live.wait(timeout=60)
 
 
 @pytest.mark.parametrize("pattern", ["o*", "o?", "o[0-9]"])
 def test_an_output_name_is_not_a_pattern_for_another_runs_debris(tmp_path: Path,
                                                                  pattern: str) -> None:
     (work := tmp_path / "work").mkdir()
-    live, release = held_publisher(work / "o1", "live", tmp_path)
-    other = publisher(work / pattern, "other", 0.0, {**os.environ, "TMPDIR": str(tmp_path)})
-    assert other.wait(timeout=60) == 0, other.stderr.read()  # type: ignore[union-attr]
-    release.touch()
-    assert live.wait(timeout=60) == 0, live.stderr.read()  # type: ignore[union-attr]
+    with held_publisher(work / "o1", "live", tmp_path) as (live, release):
+        other = publisher(work / pattern, "other", 0.0, {**os.environ, "TMPDIR": str(tmp_path)})
+        assert other.wait(timeout=60) == 0, other.stderr.read()  # type: ignore[union-attr]
+        release.touch()
+        assert live.wait(timeout=60) == 0, live.stderr.read()  # type: ignore[union-attr]
     assert (work / "o1" / "data.bin").read_text() == "live"
     assert sorted(p.name for p in work.iterdir()) == sorted(["o1", pattern])
 
@@ -333,27 +346,28 @@ def test_an_output_name_is_not_a_pattern_for_another_runs_debris(tmp_path: Path,
 def test_an_output_inside_another_runs_staging_area_is_refused(cli, raw: Path,
                                                                tmp_path: Path) -> None:
     (work := tmp_path / "work").mkdir()
-    live, release = held_publisher(work / "o1", "live", tmp_path)
-    [area] = [p for p in work.iterdir() if p.name.startswith(".o1.staging-")]
-    before = tree(area)
-    refused(cli("preprocess", "--input", raw, "--output", area / "evil"), "preprocess",
-            "inside the working area of another vaecf run")
-    assert tree(area) == before and not (area / "evil").exists()
-    release.touch()
-    assert live.wait(timeout=60) == 0, live.stderr.read()  # type: ignore[union-attr]
+    with held_publisher(work / "o1", "live", tmp_path) as (live, release):
+        [area] = [p for p in work.iterdir() if p.name.startswith(".o1.staging-")]
+        before = tree(area)
+        refused(cli("preprocess", "--input", raw, "--output", area / "evil"), "preprocess",
+                "inside the working area of another vaecf run")
+        assert tree(area) == before and not (area / "evil").exists()
+        release.touch()
+        assert live.wait(timeout=60) == 0, live.stderr.read()  # type: ignore[union-attr]
     assert sorted(p.name for p in work.iterdir()) == ["o1"]
 
 
 def test_a_second_s3_publisher_stops_with_one_line(tmp_path: Path, s3_bucket: str) -> None:
     uri = f"s3://{s3_bucket}/out"
-    first, release = held_publisher(uri, "first", tmp_path)
-    second = publisher(uri, "second", 0.0, {**os.environ, "TMPDIR": str(tmp_path)})  # type: ignore[arg-type]
-    assert second.wait(timeout=60) == 1
-    [line] = second.stderr.read().strip().splitlines()  # type: ignore[union-attr]
-    assert line.startswith(f"error: {uri}: another vaecf stage is writing this output now (pid "
-                           f"{first.pid} on "), line
-    release.touch()
-    assert first.wait(timeout=60) == 0, first.stderr.read()  # type: ignore[union-attr]
+    with held_publisher(uri, "first", tmp_path) as (first, release):
+        env = {**os.environ, "TMPDIR": str(tmp_path)}
+        second = publisher(uri, "second", 0.0, env)  # type: ignore[arg-type]
+        assert second.wait(timeout=60) == 1
+        [line] = second.stderr.read().strip().splitlines()  # type: ignore[union-attr]
+        assert line.startswith(f"error: {uri}: another vaecf stage is writing this output now "
+                               f"(pid {first.pid} on "), line
+        release.touch()
+        assert first.wait(timeout=60) == 0, first.stderr.read()  # type: ignore[union-attr]
     assert bucket_objects(s3_bucket)["out/data.bin"] == b"first"
     assert sorted(bucket_objects(s3_bucket)) == ["out/_SUCCESS", "out/data.bin",
                                                  "out/toy_manifest.json"]
