@@ -305,3 +305,12 @@ def test_an_s3_lease_of_this_host_is_taken_over_once_its_process_is_gone(
                 publish(f"s3://{s3_bucket}/{name}", TOY):
             pass
         assert not storage.list_keys(f"s3://{s3_bucket}/{name}")
+
+
+@pytest.mark.parametrize("prefix,why", [("a/../b", "'..'"), ("a/./b", "'..'"), ("a//b", "'//'"),
+                                        ("p" * 770, "prefix of 770 bytes")])
+def test_an_s3_output_prefix_s3_cannot_hold_as_named_is_refused(s3_bucket: str, prefix: str,
+                                                                 why: str) -> None:
+    with pytest.raises(VaecfError, match=why), publish(f"s3://{s3_bucket}/{prefix}", TOY):
+        pass
+    assert storage.list_keys(f"s3://{s3_bucket}") == []

@@ -25,6 +25,7 @@ from vaecf.io import storage
 
 NAME_MAX = 255  # bytes in one path component (Linux)
 PATH_MAX = 4096  # bytes in a path (Linux), of which the stage's own files need up to NAME_MAX
+S3_KEY_MAX = 1024  # bytes in an S3 key
 # The working areas of vaecf's own runs (publish.py, open_input): never an output's home.
 VAECF_AREA = re.compile(r"\..+\.(staging|old)-[a-z0-9_]{8}|vaecf-(publish|input)-[0-9]+-.+",
                         re.DOTALL)
@@ -146,6 +147,11 @@ def _check_s3(output: str, manifest: str, inputs: list[str]) -> None:
     bucket, key = storage.split_s3(output)
     if not key:
         raise _refuse(output, "a bucket root is never a stage's output (give a prefix)")
+    if {"", ".", ".."} & set(key.split("/")):  # S3 keeps them literally; some servers do not
+        raise _refuse(output, "'.', '..' and '//' are never part of an S3 output prefix")
+    if len(key.encode()) > S3_KEY_MAX - NAME_MAX:
+        raise _refuse(output, f"is a prefix of {len(key.encode())} bytes (at most "
+                      f"{S3_KEY_MAX - NAME_MAX}, leaving room for the keys below it)")
     path = PurePosixPath(key)
     for uri in inputs:
         in_bucket, in_key = storage.split_s3(uri)
