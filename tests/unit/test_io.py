@@ -314,3 +314,18 @@ def test_an_s3_output_prefix_s3_cannot_hold_as_named_is_refused(s3_bucket: str, 
     with pytest.raises(VaecfError, match=why), publish(f"s3://{s3_bucket}/{prefix}", TOY):
         pass
     assert storage.list_keys(f"s3://{s3_bucket}") == []
+
+
+def test_a_run_that_began_before_the_parent_folders_existed_still_holds_the_output(
+        tmp_path: Path) -> None:
+    target = tmp_path / "p" / "a" / "b"
+    with publish(str(target), TOY) as first:
+        (tmp_path / "p" / "a").mkdir(parents=True)  # as another output below p/a would
+        with pytest.raises(VaecfError, match="another vaecf stage is writing this output"), \
+                publish(str(target), TOY):
+            pass
+        _write_stage(first, b"first")
+    assert (target / "data.bin").read_bytes() == b"first"
+    with publish(str(target), TOY) as again:  # the lock is gone with its holder
+        _write_stage(again, b"again")
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["a"]

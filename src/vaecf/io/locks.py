@@ -52,6 +52,21 @@ def lock_file(path: Path, output: str) -> int:
     return fd
 
 
+def lock_held(path: Path) -> bool:
+    """Whether another process holds the lock ``lock_file`` takes on ``path`` (not taken)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases the probe's own lock
+    return False
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process ``pid`` exists (signal 0 probes without sending anything)."""
     try:

@@ -20,7 +20,7 @@ from pathlib import Path
 from vaecf.errors import VaecfError
 from vaecf.io import storage
 from vaecf.io.location import NAME_MAX, check_output, local_path
-from vaecf.io.locks import lease, lock_file, pid_alive
+from vaecf.io.locks import busy, lease, lock_file, lock_held, pid_alive
 from vaecf.io.paths import inside
 
 _TEMP_SUFFIX = "[a-z0-9_]{8}"  # what tempfile.mkdtemp appends
@@ -125,6 +125,9 @@ def _local_area(target: Path, output: str) -> Iterator[Path]:
     except OSError as err:
         raise VaecfError(f"{output}: output is not writable ({err.strerror})") from err
     try:
+        for higher in anchor.parents:  # where a run that began before the parents existed locked
+            if lock_held(higher / f".{_tag(target, higher)}.lock"):
+                raise busy(output)
         debris = re.compile(re.escape(f".{tag}.") + f"(staging|old)-{_TEMP_SUFFIX}", re.DOTALL)
         for stale in anchor.iterdir():
             if debris.fullmatch(stale.name) and not stale.is_symlink():
