@@ -530,3 +530,20 @@ def test_a_full_tmpdir_under_an_s3_transfer_is_one_line(cli, raw: Path, s3_raw: 
     assert "No space left on device" in line and str(temp) in line
     assert (s3_raw if side == "input" else out) in line
     assert (bucket_objects(s3_bucket), tree(tmp_path)) == before
+
+
+@pytest.mark.parametrize("code,line", [(28, "vaecf toy: error: /x/f: No space left on device"),
+                                       (5, "vaecf toy: error: /x/f: Input/output error")])
+def test_a_disk_error_outside_a_publish_is_one_line_too(capsys, code: int, line: str) -> None:
+    from vaecf.stages import new_parser, run_stage
+
+    def body(_: object) -> None:
+        raise OSError(code, os.strerror(code), "/x/f")
+
+    assert run_stage("toy", new_parser("toy", "toy"), [], body) == 1
+    assert capsys.readouterr().err == line + "\n"
+    def bug(_: object) -> None:
+        raise FileNotFoundError(2, os.strerror(2), "/x/f")
+
+    with pytest.raises(FileNotFoundError):  # not a disk error: a bug, shown in full
+        run_stage("toy", new_parser("toy", "toy"), [], bug)
