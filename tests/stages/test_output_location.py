@@ -547,3 +547,31 @@ def test_a_disk_error_outside_a_publish_is_one_line_too(capsys, code: int, line:
 
     with pytest.raises(FileNotFoundError):  # not a disk error: a bug, shown in full
         run_stage("toy", new_parser("toy", "toy"), [], bug)
+
+
+def _unprivileged_works() -> bool:
+    try:
+        return subprocess.run(["unshare", "-U", "true"], capture_output=True,
+                              timeout=30).returncode == 0
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _unprivileged_works(), reason="needs `unshare -U` to drop privileges "
+                    "over the test's own files")
+def test_an_output_holding_a_folder_that_cannot_be_listed_is_refused(cli, raw: Path,
+                                                                     tmp_path: Path) -> None:
+    out = tmp_path / "inter"
+    assert cli("preprocess", "--input", raw, "--output", out)[0] == 0
+    (out / "private").mkdir(mode=0o000)
+    try:  # in a new user namespace even root lacks the privilege to list it
+        result = subprocess.run(["unshare", "-U", *VAECF.split(), "preprocess", "--input", raw,
+                                 "--output", out], capture_output=True, text=True, timeout=300)
+    finally:  # wherever a wrong replace moved it
+        for private in tmp_path.rglob("private"):
+            private.chmod(0o755)
+    assert result.returncode == 1, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line == (f"vaecf preprocess: error: {out}: holds {out / 'private'}, which cannot be "
+                    "listed (Permission denied); nothing was written"), line
+    assert (out / "private").is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["inter"]

@@ -95,7 +95,7 @@ def _check_local(output: str, manifest: str, inputs: list[str]) -> None:
             raise _refuse(output, "is a mount point, which a stage cannot replace; mount the "
                           "folder above it and write below that (docker run -v "
                           "host/data:/data ... --output /data/out)")
-        files, others = _local_contents(real)
+        files, others = _local_contents(real, output)
         if (files or others) and not _is_previous_output(
                 files, _local_manifest(real / manifest), frozenset({manifest}), others):
             raise _refuse(output, f"is not empty and not a previous output with {manifest} "
@@ -112,12 +112,16 @@ def _check_length(output: str, real: Path) -> None:
                       f"{PATH_MAX - NAME_MAX}, leaving room for the files inside)")
 
 
-def _local_contents(real: Path) -> tuple[set[str], set[str]]:
+def _local_contents(real: Path, output: str) -> tuple[set[str], set[str]]:
     """Below ``real``: its regular files, and everything else (folders, symbolic links,
-    special files), as relative names; a symbolic link is listed, never followed."""
+    special files), as relative names; a symbolic link is listed, never followed. A folder
+    that cannot be listed is refused: what it holds is unknown, so it is not ours to replace."""
+    def unreadable(err: OSError) -> None:
+        raise _refuse(output, f"holds {err.filename}, which cannot be listed ({err.strerror})")
+
     files: set[str] = set()
     others: set[str] = set()
-    for root, folders, names in os.walk(real):
+    for root, folders, names in os.walk(real, onerror=unreadable):
         for name in folders + names:
             path = Path(root) / name
             rel = path.relative_to(real).as_posix()
