@@ -187,3 +187,29 @@ def test_unresolvable_host_is_not_retried(cli, tmp_path: Path) -> None:  # type:
     assert_failed(result, tmp_path / "raw", "cannot resolve host 'vaecf-test.invalid'",
                   "no network, or a wrong name")
     assert "retrying" not in result[1]
+
+
+@pytest.mark.parametrize("prefix,key", [("abs", "abs//{tmp}/evil/pinterest-20.test.rating"),
+                                        ("up", "up/../../evil/pinterest-20.test.rating")])
+def test_an_s3_source_key_that_leaves_its_prefix_is_refused(  # type: ignore[no-untyped-def]
+        cli, s3_bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefix: str,
+        key: str) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)  # "../../evil" from out/'s staging area (work/.out.staging-*/out/)
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=s3_bucket, Key=f"{prefix}/pinterest-20.train.rating", Body=b"0\t1\t1\n")
+    evil = key.format(tmp=tmp_path)
+    s3.put_object(Bucket=s3_bucket, Key=evil, Body=b"0\t1\t1\n")
+    assert_failed(cli("download", "--dataset", "pinterest", "--source",
+                      f"s3://{s3_bucket}/{prefix}/", "--output", "out"),
+                  work / "out", evil.removeprefix(f"{prefix}/"), "is not a path inside")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+    assert list(work.iterdir()) == []
+
+
+def test_a_source_that_is_a_link_loop_is_one_line(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    assert_failed(cli("download", "--dataset", "movielens", "--source", loop,
+                      "--output", tmp_path / "raw"), tmp_path / "raw", f"{loop}: ")

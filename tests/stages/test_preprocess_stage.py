@@ -221,3 +221,52 @@ def test_sigkill_leaves_no_partial_output(cli, tmp_path: Path) -> None:  # type:
     rerun = subprocess.run(command, capture_output=True, text=True, check=False)
     assert rerun.returncode == 0, rerun.stderr
     assert read_manifest(output, "preprocess")["counts"]["raw"]["rows"] == n
+
+
+@pytest.mark.parametrize("name", ["../elsewhere/ratings.csv", "{tmp}/elsewhere/ratings.csv"])
+def test_a_download_name_outside_the_input_is_refused(cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                      name: str) -> None:
+    raw = download(cli, tmp_path, "ratings.csv", _ratings(), "movielens")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "ratings.csv").write_bytes(_ratings())  # unchecked bytes
+    path = raw / "download_manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["downloads"][0]["name"] = name.format(tmp=tmp_path)
+    path.write_text(json.dumps(manifest))
+    assert_failed(cli("preprocess", "--input", raw, "--output", tmp_path / "out"),
+                  tmp_path / "out", "download_manifest.json: downloads[].name",
+                  "elsewhere/ratings.csv")
+
+
+def test_a_manifest_entry_outside_the_input_is_refused(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    raw = download(cli, tmp_path, "ratings.csv", _ratings(), "movielens")
+    (tmp_path / "secret").write_bytes(b"x")
+    path = raw / "download_manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["files"]["../secret"] = {"sha256": "0" * 64, "bytes": 1}
+    path.write_text(json.dumps(manifest))
+    assert_failed(cli("preprocess", "--input", raw, "--output", tmp_path / "out"),
+                  tmp_path / "out", "'../secret' is not a path inside its folder")
+
+
+@pytest.mark.parametrize("member", ["../ml-latest-small/ratings.csv",
+                                    "/ml-latest-small/ratings.csv"])
+def test_an_archive_member_outside_the_archive_is_refused(cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                          member: str) -> None:
+    data = _zip({"ml-latest-small/ratings.csv": _ratings(), member: _ratings()})
+    code, _, err = cli("download", "--dataset", "ml-latest-small", "--source",
+                       _save(tmp_path, "ml-latest-small.zip", data), "--output", tmp_path / "raw")
+    assert code == 1 and f"ml-latest-small.zip: {member!r} is not a path inside" in err, err
+    assert not (tmp_path / "raw").exists()
+
+
+def _save(tmp_path: Path, name: str, data: bytes) -> Path:
+    (tmp_path / name).write_bytes(data)
+    return tmp_path / name
+
+
+def test_an_input_that_is_a_link_loop_is_one_line(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    assert_failed(cli("preprocess", "--input", loop, "--output", tmp_path / "out"),
+                  tmp_path / "out", f"{loop}: ")

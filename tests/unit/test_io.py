@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import boto3
 import pytest
 
 from vaecf.errors import VaecfError
-from vaecf.io import open_input, open_input_file, publish, read_manifest, storage, write_manifest
+from vaecf.io import (
+    locks,
+    open_input,
+    open_input_file,
+    publish,
+    read_manifest,
+    storage,
+    write_manifest,
+)
+from vaecf.io.paths import inside
 
 TOY = "toy_manifest.json"
 
@@ -119,3 +132,200 @@ def test_open_input_file_local_and_s3(s3_bucket: str, tmp_path: Path) -> None:
     with pytest.raises(VaecfError, match=r"nope\.json: input file does not exist"), \
             open_input_file(str(tmp_path / "nope.json")):
         pass
+
+
+@pytest.mark.parametrize("name", ["/home/u/.bashrc", "../x", "a/../../x", "a/..", "", "."])
+def test_a_path_from_data_that_leaves_its_folder_is_refused(tmp_path: Path, name: str) -> None:
+    with pytest.raises(VaecfError, match=r"where: .* is not a path inside its folder"):
+        inside(tmp_path, name, "where")
+
+
+def test_a_path_from_data_that_leaves_through_a_link_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "out").symlink_to("/")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(VaecfError, match="through a symbolic link"):
+        inside(tmp_path, "out/etc/passwd", "where")
+    with pytest.raises(VaecfError, match="'loop/x' cannot be resolved"):
+        inside(tmp_path, "loop/x", "where")
+    assert inside(tmp_path, "a//./b", "where") == tmp_path / "a" / "b"
+
+
+@pytest.mark.parametrize("prefix,key", [("abs", "abs//{tmp}/evil"), ("up", "up/../../evil")])
+def test_an_s3_key_that_leaves_its_prefix_writes_nothing(s3_bucket: str, tmp_path: Path,
+                                                        prefix: str, key: str) -> None:
+    temp = tmp_path / "t"
+    temp.mkdir()
+    with publish(f"s3://{s3_bucket}/{prefix}", TOY) as staging:
+        _write_stage(staging, b"abc")
+    evil = key.format(tmp=tmp_path)
+    boto3.client("s3").put_object(Bucket=s3_bucket, Key=evil, Body=b"owned")
+    with pytest.raises(VaecfError, match=f"s3://{s3_bucket}/{prefix}: .*evil' is not a path"):
+        storage.download_dir(f"s3://{s3_bucket}/{prefix}", temp / "in")
+    assert not (tmp_path / "evil").exists() and list(temp.iterdir()) == []
+
+
+def test_a_folder_marker_is_no_content(s3_bucket: str) -> None:
+    boto3.client("s3").put_object(Bucket=s3_bucket, Key="run1/", Body=b"")
+    with publish(f"s3://{s3_bucket}/run1", TOY) as staging:
+        _write_stage(staging, b"abc")
+    assert storage.list_keys(f"s3://{s3_bucket}/run1") == ["_SUCCESS", "data.bin", "sub/x.txt",
+                                                            TOY]
+
+
+def test_outputs_whose_names_join_alike_have_distinct_locks(tmp_path: Path) -> None:
+    with publish(str(tmp_path / "p" / "a-b"), TOY) as first:
+        with publish(str(tmp_path / "p" / "a" / "b"), TOY) as second:
+            _write_stage(second, b"2")
+        _write_stage(first, b"1")
+    assert (tmp_path / "p" / "a" / "b" / "data.bin").read_bytes() == b"2"
+    assert (tmp_path / "p" / "a-b" / "data.bin").read_bytes() == b"1"
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["a", "a-b"]
+
+
+@pytest.mark.parametrize("pattern", ["o*", "o?", "o[0-9]", "o1.staging-*"])
+def test_an_output_name_is_never_a_pattern(tmp_path: Path, pattern: str) -> None:
+    with publish(str(tmp_path / "o1"), TOY) as live:
+        with publish(str(tmp_path / pattern), TOY) as other:
+            _write_stage(other, b"other")
+        assert live.is_dir()
+        _write_stage(live, b"o1")
+    assert (tmp_path / "o1" / "data.bin").read_bytes() == b"o1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["o1", pattern])
+
+
+def test_an_output_inside_another_runs_staging_is_refused(tmp_path: Path) -> None:
+    with publish(str(tmp_path / "o1"), TOY) as live:
+        with pytest.raises(VaecfError, match="inside the working area of another vaecf run"), \
+                publish(str(live.parent / "evil"), TOY):
+            pass
+        assert sorted(p.name for p in live.parent.iterdir()) == ["out"]
+        _write_stage(live, b"o1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o1"]
+
+
+def test_a_long_name_is_published_or_refused_up_front(tmp_path: Path) -> None:
+    longest = tmp_path / ("n" * 255)
+    with publish(str(longest), TOY) as staging:  # the staging name is hashed to fit
+        _write_stage(staging, b"abc")
+    assert (longest / "data.bin").read_bytes() == b"abc"
+    ran = False
+    with pytest.raises(VaecfError, match="has a name of 256 bytes"), \
+            publish(str(tmp_path / ("n" * 256)), TOY):
+        ran = True
+    deep = tmp_path.joinpath(*["d" * 200] * 20)
+    with pytest.raises(VaecfError, match=r"is a path of \d+ bytes"), publish(str(deep), TOY):
+        ran = True
+    assert not ran and sorted(p.name for p in tmp_path.iterdir()) == ["n" * 255]
+
+
+def test_a_second_s3_publisher_is_refused_while_the_first_holds_the_lease(
+        s3_bucket: str) -> None:
+    uri = f"s3://{s3_bucket}/out"
+    with publish(uri, TOY) as staging:
+        with pytest.raises(VaecfError, match="another vaecf stage is writing this output now"), \
+                publish(uri, TOY):
+            pass
+        _write_stage(staging, b"first")
+    assert storage.list_keys(uri) == ["_SUCCESS", "data.bin", "sub/x.txt", TOY]
+    assert storage.list_keys(f"s3://{s3_bucket}") == ["out/_SUCCESS", "out/data.bin",
+                                                      "out/sub/x.txt", f"out/{TOY}"]
+
+
+def test_an_s3_lease_of_another_host_is_taken_over_only_once_stale(
+        s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    holder = {"host": "elsewhere", "pid": 1, "time": 0}
+    boto3.client("s3").put_object(Bucket=s3_bucket, Key=".out.lock",
+                                  Body=json.dumps(holder).encode())
+    uri = f"s3://{s3_bucket}/out"
+    with pytest.raises(VaecfError, match=r"writing this output now \(pid 1 on elsewhere"), \
+            publish(uri, TOY):
+        pass
+    monkeypatch.setattr(locks, "STALE_SECONDS", 0.0)
+    with publish(uri, TOY) as staging:
+        _write_stage(staging, b"abc")
+    assert storage.list_keys(f"s3://{s3_bucket}") == ["out/_SUCCESS", "out/data.bin",
+                                                      "out/sub/x.txt", f"out/{TOY}"]
+
+
+def test_an_s3_server_that_ignores_conditional_writes_is_named(
+        s3_bucket: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    put = locks.Lease._put
+    with monkeypatch.context() as patched:
+        patched.setattr(locks.Lease, "_put", lambda self, **condition: put(self))
+        with publish(f"s3://{s3_bucket}/out", TOY) as staging:
+            _write_stage(staging, b"abc")
+    assert "this S3 server ignores conditional writes" in capsys.readouterr().err
+    with publish(f"s3://{s3_bucket}/out", TOY) as staging:  # moto honours them
+        _write_stage(staging, b"abc")
+    assert capsys.readouterr().err == ""
+
+
+def test_an_s3_lease_is_renewed_and_a_lost_one_publishes_nothing(
+        s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(locks, "RENEW_SECONDS", 0.1)
+    s3, uri = boto3.client("s3"), f"s3://{s3_bucket}/out"
+    with publish(uri, TOY) as staging:
+        first = s3.head_object(Bucket=s3_bucket, Key=".out.lock")["ETag"]
+        time.sleep(0.5)
+        assert s3.head_object(Bucket=s3_bucket, Key=".out.lock")["ETag"] != first
+        _write_stage(staging, b"first")
+    published = storage.list_keys(f"s3://{s3_bucket}")
+    with pytest.raises(VaecfError, match="it took this run's lease over"), \
+            publish(uri, TOY) as staging:
+        _write_stage(staging, b"abc")
+        s3.put_object(Bucket=s3_bucket, Key=".out.lock", Body=b"another run's")
+        time.sleep(0.3)
+    assert storage.list_keys(f"s3://{s3_bucket}") == [".out.lock", *published]
+    assert s3.get_object(Bucket=s3_bucket, Key="out/data.bin")["Body"].read() == b"first"
+
+
+@pytest.mark.parametrize("holder,taken", [
+    ({"name": "a", "pid": "dead", "pids": "mine"}, True),
+    ({"name": "b", "pid": "alive", "pids": "mine"}, False),
+    ({"name": "c", "pid": "dead", "pids": "pid:[1]"}, False),  # a container of this host name
+])
+def test_an_s3_lease_of_this_host_is_taken_over_once_its_process_is_gone(
+        s3_bucket: str, holder: dict[str, str], taken: bool) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    body = {"host": socket.gethostname(), "time": time.time(),
+            "pid": int(dead) if holder["pid"] == "dead" else os.getpid(),
+            "pids": os.readlink("/proc/self/ns/pid") if holder["pids"] == "mine"
+            else holder["pids"]}
+    name = holder["name"]
+    boto3.client("s3").put_object(Bucket=s3_bucket, Key=f".{name}.lock",
+                                  Body=json.dumps(body).encode())
+    if taken:
+        with publish(f"s3://{s3_bucket}/{name}", TOY) as staging:
+            _write_stage(staging, b"abc")
+        assert f".{name}.lock" not in storage.list_keys(f"s3://{s3_bucket}")
+    else:
+        with pytest.raises(VaecfError, match=f"now \\(pid {body['pid']} on "), \
+                publish(f"s3://{s3_bucket}/{name}", TOY):
+            pass
+        assert not storage.list_keys(f"s3://{s3_bucket}/{name}")
+
+
+@pytest.mark.parametrize("prefix,why", [("a/../b", "'..'"), ("a/./b", "'..'"), ("a//b", "'//'"),
+                                        ("p" * 770, "prefix of 770 bytes")])
+def test_an_s3_output_prefix_s3_cannot_hold_as_named_is_refused(s3_bucket: str, prefix: str,
+                                                                 why: str) -> None:
+    with pytest.raises(VaecfError, match=why), publish(f"s3://{s3_bucket}/{prefix}", TOY):
+        pass
+    assert storage.list_keys(f"s3://{s3_bucket}") == []
+
+
+def test_a_run_that_began_before_the_parent_folders_existed_still_holds_the_output(
+        tmp_path: Path) -> None:
+    target = tmp_path / "p" / "a" / "b"
+    with publish(str(target), TOY) as first:
+        (tmp_path / "p" / "a").mkdir(parents=True)  # as another output below p/a would
+        with pytest.raises(VaecfError, match="another vaecf stage is writing this output"), \
+                publish(str(target), TOY):
+            pass
+        _write_stage(first, b"first")
+    assert (target / "data.bin").read_bytes() == b"first"
+    with publish(str(target), TOY) as again:  # the lock is gone with its holder
+        _write_stage(again, b"again")
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["a"]

@@ -24,6 +24,7 @@ from vaecf.data.readers import READERS, check_data_files, layout_of
 from vaecf.data.readers.archive import Match, is_archive, peek_data_files
 from vaecf.errors import VaecfError
 from vaecf.io import storage
+from vaecf.io.paths import inside
 
 # Of each data file's first line: one byte more than the longest header a reader accepts,
 # so that a longer one is refused as such.
@@ -75,8 +76,10 @@ def download_dataset(dataset: Dataset, source: str | None, directory: Path,
     else:
         targets = _expand_source(source, READERS[dataset.reader].match)
     expected = {remote.name: remote for remote in dataset.files}
-    return [_fetch_verified(uri, directory, name, expected.get(name), policy)
-            for uri, name in targets]
+    where = source or "download"
+    dests = [(uri, name, inside(directory, name, where)) for uri, name in targets]
+    return [_fetch_verified(uri, dest, name, expected.get(name), policy)
+            for uri, name, dest in dests]
 
 
 def inspect_download(dataset: Dataset, directory: Path, names: list[str],
@@ -136,9 +139,8 @@ def _files_below(directory: Path) -> list[Path]:
     return sorted(found)
 
 
-def _fetch_verified(uri: str, directory: Path, name: str, remote: RemoteFile | None,
+def _fetch_verified(uri: str, dest: Path, name: str, remote: RemoteFile | None,
                     policy: RetryPolicy) -> dict[str, Any]:
-    dest = directory / name
     dest.parent.mkdir(parents=True, exist_ok=True)
     fetch(uri, dest, policy)
     size = dest.stat().st_size

@@ -3,22 +3,32 @@ before the output is replaced.
 
 A stage publishes only into a location that does not exist, an empty one, or a previous
 output of the same stage: a folder or prefix that holds that stage's manifest and nothing the
-manifest does not list (plus ``_SUCCESS`` on S3). Never into or over one of its inputs, a
-parent of an input or a place inside one, the working directory or a parent of it, ``.``,
-``..``, a bucket root, a file or a symbolic link. Anything else is refused with one line and
-nothing is touched: a stage never deletes what it did not write.
+manifest does not list (plus ``_SUCCESS`` on S3; locally, no symbolic link and no folder
+without a listed file). Never into or over one of its inputs, a parent of an input or a place
+inside one, the working directory or a parent of it, ``.``, ``..``, a bucket root, a file, a
+symbolic link, a mount point (which cannot be replaced by a rename) or a place inside another
+run's staging area. Anything else is refused with one line and nothing is touched: a stage
+never deletes what it did not write.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 from vaecf.errors import VaecfError
 from vaecf.io import storage
+
+NAME_MAX = 255  # bytes in one path component (Linux)
+PATH_MAX = 4096  # bytes in a path (Linux), of which the stage's own files need up to NAME_MAX
+S3_KEY_MAX = 1024  # bytes in an S3 key
+# The working areas of vaecf's own runs (publish.py, open_input): never an output's home.
+VAECF_AREA = re.compile(r"\..+\.(staging|old)-[a-z0-9_]{8}|vaecf-(publish|input)-[0-9]+-.+",
+                        re.DOTALL)
 
 
 def check_output(output: str, manifest: str, inputs: Iterable[str | None] = ()) -> None:
@@ -47,33 +57,76 @@ def _refuse(output: str, why: str) -> VaecfError:
     return VaecfError(f"{output}: {why}; nothing was written")
 
 
+def resolved(path: Path, uri: str) -> Path:
+    """``path.resolve()``, with a symbolic link loop refused in one line."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError) as err:  # RuntimeError: a symbolic link loop (Python 3.11)
+        raise VaecfError(f"{uri}: cannot be resolved ({err})") from None
+
+
 def _check_local(output: str, manifest: str, inputs: list[str]) -> None:
     raw = local_path(output)
     if output.rstrip("/") in ("", ".", "..") or raw.name in ("", ".", ".."):
         raise _refuse(output, "'.', '..' and '/' are never a stage's output")
+    _check_length(output, Path(os.path.abspath(raw)))
     if raw.is_symlink():
         raise _refuse(output, "is a symbolic link, not a stage output folder")
-    real = raw.resolve()
+    real = resolved(raw, output)
+    _check_length(output, real)
     cwd = Path.cwd().resolve()
     if real == cwd or real in cwd.parents:
         raise _refuse(output, "is the working directory or a parent of it")
     for uri in inputs:
-        source = local_path(uri).resolve()
+        source = resolved(local_path(uri), uri)
         if real == source or real in source.parents:
             raise _refuse(output, f"would replace this stage's input {uri}")
         if source in real.parents:
             raise _refuse(output, f"lies inside this stage's input {uri}")
+    if any(VAECF_AREA.fullmatch(part) for part in real.parts):
+        raise _refuse(output, "lies inside the working area of another vaecf run")
     anchor = next(p for p in real.parents if p.exists())
     if not real.exists() and not (anchor.is_dir() and os.access(anchor, os.W_OK | os.X_OK)):
         raise VaecfError(f"{output}: output is not writable ({anchor} is not a writable folder)")
     if real.exists():
         if not real.is_dir():
             raise _refuse(output, "exists and is not a folder")
-        present = {p.relative_to(real).as_posix() for p in real.rglob("*") if not p.is_dir()}
-        if present and not _is_previous_output(present, _local_manifest(real / manifest),
-                                               frozenset({manifest})):
+        if os.path.ismount(real):
+            raise _refuse(output, "is a mount point, which a stage cannot replace; mount the "
+                          "folder above it and write below that (docker run -v "
+                          "host/data:/data ... --output /data/out)")
+        files, others = _local_contents(real, output)
+        if (files or others) and not _is_previous_output(
+                files, _local_manifest(real / manifest), frozenset({manifest}), others):
             raise _refuse(output, f"is not empty and not a previous output with {manifest} "
                           "(a stage replaces only its own output)")
+
+
+def _check_length(output: str, real: Path) -> None:
+    """Names the file system cannot hold fail here, before any work, not at the end."""
+    longest = max((len(os.fsencode(part)) for part in real.parts), default=0)
+    if longest > NAME_MAX:
+        raise _refuse(output, f"has a name of {longest} bytes (at most {NAME_MAX})")
+    if len(os.fsencode(str(real))) > PATH_MAX - NAME_MAX:
+        raise _refuse(output, f"is a path of {len(os.fsencode(str(real)))} bytes (at most "
+                      f"{PATH_MAX - NAME_MAX}, leaving room for the files inside)")
+
+
+def _local_contents(real: Path, output: str) -> tuple[set[str], set[str]]:
+    """Below ``real``: its regular files, and everything else (folders, symbolic links,
+    special files), as relative names; a symbolic link is listed, never followed. A folder
+    that cannot be listed is refused: what it holds is unknown, so it is not ours to replace."""
+    def unreadable(err: OSError) -> None:
+        raise _refuse(output, f"holds {err.filename}, which cannot be listed ({err.strerror})")
+
+    files: set[str] = set()
+    others: set[str] = set()
+    for root, folders, names in os.walk(real, onerror=unreadable):
+        for name in folders + names:
+            path = Path(root) / name
+            rel = path.relative_to(real).as_posix()
+            (files if path.is_file() and not path.is_symlink() else others).add(rel)
+    return files, others
 
 
 def _local_manifest(path: Path) -> dict[str, object] | None:
@@ -85,16 +138,24 @@ def _local_manifest(path: Path) -> dict[str, object] | None:
 
 
 def _is_previous_output(present: set[str], manifest: dict[str, object] | None,
-                        extra: frozenset[str]) -> bool:
-    """Whether ``present`` (relative file names) holds only what ``manifest`` lists + ``extra``."""
+                        extra: frozenset[str], others: set[str] | None = None) -> bool:
+    """Whether ``present`` (relative file names) holds only what ``manifest`` lists + ``extra``,
+    and ``others`` (local entries that are no regular file) only the folders of those files."""
     files = manifest.get("files") if manifest is not None else None
-    return isinstance(files, dict) and not present - set(files) - extra
+    folders = {parent.as_posix() for name in present for parent in PurePosixPath(name).parents}
+    return (isinstance(files, dict) and not present - set(files) - extra
+            and not (others or set()) - folders)
 
 
 def _check_s3(output: str, manifest: str, inputs: list[str]) -> None:
     bucket, key = storage.split_s3(output)
     if not key:
         raise _refuse(output, "a bucket root is never a stage's output (give a prefix)")
+    if {"", ".", ".."} & set(key.split("/")):  # S3 keeps them literally; some servers do not
+        raise _refuse(output, "'.', '..' and '//' are never part of an S3 output prefix")
+    if len(key.encode()) > S3_KEY_MAX - NAME_MAX:
+        raise _refuse(output, f"is a prefix of {len(key.encode())} bytes (at most "
+                      f"{S3_KEY_MAX - NAME_MAX}, leaving room for the keys below it)")
     path = PurePosixPath(key)
     for uri in inputs:
         in_bucket, in_key = storage.split_s3(uri)

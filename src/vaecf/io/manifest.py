@@ -18,6 +18,7 @@ from typing import Any
 
 import vaecf
 from vaecf.errors import VaecfError
+from vaecf.io.paths import inside
 
 # Manifests named after what they describe rather than the stage that writes them.
 _WRITER = {"dataset": "split"}
@@ -97,8 +98,9 @@ def read_manifest(directory: Path, stage: str, required: Iterable[str] = ()) -> 
     for rel in required:
         if rel not in files:
             raise VaecfError(f"{directory / rel}: not listed in {path.name} ({origin})")
+    checked = {rel: inside(directory, rel, str(path)) for rel in files}
     for rel, entry in files.items():
-        file = directory / rel
+        file = checked[rel]
         if not file.is_file():
             raise VaecfError(f"{file}: listed in {path.name} but missing")
         if sha256_file(file) != entry["sha256"]:

@@ -7,8 +7,10 @@ stage that fails or is killed leaves its output location absent or complete, nev
 
 from __future__ import annotations
 
-import fcntl
+import errno
+import hashlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -17,7 +19,13 @@ from pathlib import Path
 
 from vaecf.errors import VaecfError
 from vaecf.io import storage
-from vaecf.io.location import check_output, local_path
+from vaecf.io.location import NAME_MAX, check_output, local_path
+from vaecf.io.locks import busy, lease, lock_file, lock_held, pid_alive
+from vaecf.io.paths import inside
+
+_TEMP_SUFFIX = "[a-z0-9_]{8}"  # what tempfile.mkdtemp appends
+# A full disk or quota, a file too large, a read-only or failing device.
+DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
 
 
 @contextmanager
@@ -26,8 +34,9 @@ def publish(output: str, manifest: str, inputs: Iterable[str | None] = ()) -> It
 
     ``output`` must satisfy the output-location rule (``vaecf.io.location``), checked before
     the block runs (so a refused or unwritable output fails before any work) and again just
-    before a previous output is replaced. Concurrent publishers to one local output: the first
-    holds a lock for the whole stage and the others fail at once with one line.
+    before a previous output is replaced. Concurrent publishers to one output: the first holds
+    a lock (local) or a lease (S3) for the whole stage and the others fail at once with one
+    line. A full disk, quota or failing device while the block writes is one line too.
 
     Args:
       manifest: the manifest file that marks this stage's outputs.
@@ -38,10 +47,12 @@ def publish(output: str, manifest: str, inputs: Iterable[str | None] = ()) -> It
         storage.check_bucket(output)
     check_output(output, manifest, sources)
     if storage.is_s3(output):
-        with _private_tmp("publish") as area:
+        with lease(output) as held, _private_tmp("publish") as area:
             staging = area / "out"
             staging.mkdir()
-            yield staging
+            with _writing(output, f"$TMPDIR ({area})"):
+                yield staging
+            held.check()
             check_output(output, manifest, sources)
             storage.upload_dir(staging, output, first=manifest)
         return
@@ -49,10 +60,25 @@ def publish(output: str, manifest: str, inputs: Iterable[str | None] = ()) -> It
     with _local_area(target, output) as area:
         staging = area / "out"
         staging.mkdir()
-        yield staging
+        with _writing(output, str(area.parent)):
+            yield staging
         check_output(output, manifest, sources)
         target.parent.mkdir(parents=True, exist_ok=True)
-        _replace_dir(staging, target)
+        _replace_dir(staging, target, area.name.rsplit(".staging-", 1)[0])
+
+
+@contextmanager
+def _writing(output: str, where: str) -> Iterator[None]:
+    """An ``OSError`` the user fixes outside vaecf (``DISK_ERRORS``) becomes one line naming
+    where the stage was writing; the staging area is removed as on any failure."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in DISK_ERRORS:
+            raise
+        file = f", {err.filename}" if err.filename else ""
+        raise VaecfError(f"{output}: {os.strerror(err.errno)} while writing in {where}{file}; "
+                         "nothing was written") from err
 
 
 @contextmanager
@@ -66,27 +92,46 @@ def scratch(staging: Path) -> Iterator[Path]:
         yield Path(tmp)
 
 
+def _tag(target: Path, anchor: Path) -> str:
+    """``target`` relative to ``anchor`` as one file name, distinct for distinct targets.
+
+    ``%`` and ``/`` are escaped (``p/a/b`` and ``p/a-b`` must not share a lock); a name that
+    would leave no room for the longest suffix (``.staging-XXXXXXXX``) is hashed instead.
+    """
+    rel = target.relative_to(anchor).as_posix()
+    tag = rel.replace("%", "%25").replace("/", "%2F")
+    if len(os.fsencode(f".{tag}.staging-12345678")) > NAME_MAX:
+        tag = "%h" + hashlib.sha256(os.fsencode(rel)).hexdigest()
+    return tag
+
+
 @contextmanager
 def _local_area(target: Path, output: str) -> Iterator[Path]:
     """The locked staging area of ``target``, in its nearest existing ancestor folder.
 
     Staging beside the output makes the final rename atomic; it goes no higher than the
     nearest existing ancestor, so a failed run never creates the output's parent folders.
-    Leftovers of a killed run of the same output (``.<name>.staging-*``, ``.<name>.old-*``)
-    are removed once the lock is held: no live publisher of this output can own them.
+    Leftovers of a killed run of the same output (``.<name>.staging-*``, ``.<name>.old-*``,
+    the name taken literally, never as a pattern) are removed once the lock is held: no live
+    publisher of this output can own them.
     """
     anchor = target.parent
     while not anchor.is_dir():
         anchor = anchor.parent
-    tag = "-".join(target.relative_to(anchor).parts)
+    tag = _tag(target, anchor)
     lock_path = anchor / f".{tag}.lock"
     try:
-        lock = _lock(lock_path, output)
+        lock = lock_file(lock_path, output)
     except OSError as err:
         raise VaecfError(f"{output}: output is not writable ({err.strerror})") from err
     try:
-        for stale in [*anchor.glob(f".{tag}.staging-*"), *anchor.glob(f".{tag}.old-*")]:
-            shutil.rmtree(stale, ignore_errors=True)
+        for higher in anchor.parents:  # where a run that began before the parents existed locked
+            if lock_held(higher / f".{_tag(target, higher)}.lock"):
+                raise busy(output)
+        debris = re.compile(re.escape(f".{tag}.") + f"(staging|old)-{_TEMP_SUFFIX}", re.DOTALL)
+        for stale in anchor.iterdir():
+            if debris.fullmatch(stale.name) and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
         try:
             area = Path(tempfile.mkdtemp(prefix=f".{tag}.staging-", dir=anchor))
         except OSError as err:
@@ -98,21 +143,6 @@ def _local_area(target: Path, output: str) -> Iterator[Path]:
     finally:
         lock_path.unlink(missing_ok=True)
         os.close(lock)
-
-
-def _lock(path: Path, output: str) -> int:
-    """An exclusive, non-blocking lock on ``path``; one line if another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        # The holder unlinks the file when done: a lock on an unlinked file guards nothing.
-        if os.fstat(fd).st_ino != os.stat(path).st_ino:
-            raise BlockingIOError
-    except (BlockingIOError, FileNotFoundError):
-        os.close(fd)
-        raise VaecfError(f"{output}: another vaecf stage is writing this output now; "
-                         "nothing was written") from None
-    return fd
 
 
 @contextmanager
@@ -127,11 +157,12 @@ def _private_tmp(kind: str) -> Iterator[Path]:
         yield Path(tmp)
 
 
-def _replace_dir(staging: Path, target: Path) -> None:
-    """Rename ``staging`` onto ``target``; an older ``target`` is moved aside first."""
+def _replace_dir(staging: Path, target: Path, tagged: str) -> None:
+    """Rename ``staging`` onto ``target``; an older ``target`` is moved aside first (into
+    ``<tagged>.old-*``, which the next run removes if this one is killed meanwhile)."""
     os.chmod(staging, 0o755)
     if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        old = Path(tempfile.mkdtemp(prefix=f"{tagged}.old-", dir=target.parent))
         os.rename(target, old / "x")
         os.rename(staging, target)
         shutil.rmtree(old, ignore_errors=True)
@@ -166,7 +197,7 @@ def open_input_file(uri: str) -> Iterator[Path]:
         yield _local_input(uri, directory=False)
         return
     with _private_tmp("input") as tmp:
-        dest = tmp / Path(storage.split_s3(uri)[1]).name
+        dest = inside(tmp, Path(storage.split_s3(uri)[1]).name, uri)
         storage.download_file(uri, dest)
         with _named_as(dest, uri):
             yield dest
@@ -179,14 +210,3 @@ def _named_as(local: Path, uri: str) -> Iterator[None]:
         yield
     except VaecfError as err:
         raise VaecfError(str(err).replace(str(local), uri.rstrip("/"))) from err
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (signal 0 probes without sending anything)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

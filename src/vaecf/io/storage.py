@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vaecf.errors import VaecfError
+from vaecf.io.paths import inside
 
 SUCCESS_MARKER = "_SUCCESS"
 MULTIPART_THRESHOLD = 8 * 1024 * 1024
@@ -52,7 +53,7 @@ def _transfer_config() -> Any:
                           multipart_chunksize=MULTIPART_THRESHOLD)
 
 
-def _describe(err: Exception, uri: str) -> VaecfError:
+def describe(err: Exception, uri: str) -> VaecfError:
     from botocore.exceptions import ClientError
 
     if isinstance(err, ClientError):
@@ -62,16 +63,21 @@ def _describe(err: Exception, uri: str) -> VaecfError:
 
 
 def list_keys(uri: str) -> list[str]:
-    """Keys below the prefix ``uri``, relative to it, sorted."""
+    """Keys below the prefix ``uri``, relative to it, sorted.
+
+    Folder markers (zero-byte keys ending in ``/``, which S3 consoles create) are no content:
+    a prefix holding only ``run1/`` is empty.
+    """
     bucket, prefix = split_s3(uri)
     prefix = prefix + "/" if prefix else ""
     keys: list[str] = []
     try:
         for page in client().get_paginator("list_objects_v2").paginate(Bucket=bucket,
                                                                        Prefix=prefix):
-            keys.extend(obj["Key"][len(prefix):] for obj in page.get("Contents", []))
+            keys.extend(obj["Key"][len(prefix):] for obj in page.get("Contents", [])
+                        if not (obj["Key"].endswith("/") and obj["Size"] == 0))
     except Exception as err:  # botocore raises several unrelated types
-        raise _describe(err, uri) from err
+        raise describe(err, uri) from err
     return sorted(keys)
 
 
@@ -80,8 +86,11 @@ def download_file(uri: str, dest: Path) -> None:
     bucket, key = split_s3(uri)
     try:
         client().download_file(bucket, key, str(dest), Config=_transfer_config())
+    except OSError as err:  # a full disk or quota where the copy goes (often $TMPDIR)
+        raise VaecfError(f"{uri}: {err.strerror or err} while downloading to {dest.parent}"
+                         ) from err
     except Exception as err:
-        raise _describe(err, uri) from err
+        raise describe(err, uri) from err
 
 
 def upload_file(src: Path, uri: str) -> None:
@@ -90,7 +99,7 @@ def upload_file(src: Path, uri: str) -> None:
     try:
         client().upload_file(str(src), bucket, key, Config=_transfer_config())
     except Exception as err:
-        raise _describe(err, uri) from err
+        raise describe(err, uri) from err
 
 
 def delete_keys(uri: str, keys: list[str]) -> None:
@@ -107,18 +116,19 @@ def check_bucket(uri: str) -> None:
     try:
         client().head_bucket(Bucket=bucket)
     except Exception as err:
-        raise _describe(err, uri) from err
+        raise describe(err, uri) from err
 
 
 def upload_dir(local: Path, uri: str, first: str | None = None) -> None:
     """Publish a directory under an S3 prefix: ``first`` (the manifest), the other objects,
     ``_SUCCESS`` last.
 
-    The old marker is removed before anything is written, so a reader never sees a marker
-    beside a half-replaced prefix. With the manifest first, a prefix left by a killed publish
-    holds only objects its manifest lists, which the output-location rule recognises; the
-    caller has checked that every object already there belongs to the previous output, so
-    those the new one does not have are deleted.
+    The order makes every state a killed publish can leave one that the output-location rule
+    recognises as this stage's previous output: the old marker goes first (a reader never sees
+    a marker beside a half-replaced prefix), then the old objects the new output does not
+    have (all listed by the old manifest, which the caller has checked), and only then the
+    new manifest, before the objects it lists. Before the new manifest the prefix holds only
+    what the old one lists; after it, only what the new one lists.
     """
     files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
     if first in files:
@@ -127,11 +137,11 @@ def upload_dir(local: Path, uri: str, first: str | None = None) -> None:
     existing = set(list_keys(uri))
     if SUCCESS_MARKER in existing:
         delete_keys(uri, [SUCCESS_MARKER])
-    for name in files:
-        upload_file(local / name, f"{uri.rstrip('/')}/{name}")
     stale = sorted(existing - set(files) - {SUCCESS_MARKER})
     if stale:
         delete_keys(uri, stale)
+    for name in files:
+        upload_file(local / name, f"{uri.rstrip('/')}/{name}")
     bucket, prefix = split_s3(uri)
     marker = f"{prefix}/{SUCCESS_MARKER}" if prefix else SUCCESS_MARKER
     client().put_object(Bucket=bucket, Key=marker, Body=b"")
@@ -142,9 +152,7 @@ def download_dir(uri: str, local: Path) -> None:
     keys = list_keys(uri)
     if SUCCESS_MARKER not in keys:
         raise VaecfError(f"{uri}: no {SUCCESS_MARKER} marker (incomplete or unpublished output)")
-    for name in keys:
-        if name == SUCCESS_MARKER:
-            continue
-        dest = local / name
+    targets = [(name, inside(local, name, uri)) for name in keys if name != SUCCESS_MARKER]
+    for name, dest in targets:
         dest.parent.mkdir(parents=True, exist_ok=True)
         download_file(f"{uri.rstrip('/')}/{name}", dest)

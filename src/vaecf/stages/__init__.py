@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Callable
 from typing import NoReturn
 
 from vaecf.errors import VaecfError
+from vaecf.io.publish import DISK_ERRORS
 
 # Seeds feed numpy's and Keras' global seeding (``np.random.seed`` takes 0 .. 2**32 - 1) and
 # the trainer adds the Horovod rank: 0 .. 2**31 - 1 leaves room for any world size.
@@ -73,10 +75,18 @@ def finite_positive(text: str) -> float:
 
 def run_stage(stage: str, parser: argparse.ArgumentParser, argv: list[str] | None,
               body: Callable[[argparse.Namespace], None]) -> int:
-    """Parse ``argv`` and run ``body``; a ``VaecfError`` becomes one line on stderr, exit 1."""
+    """Parse ``argv`` and run ``body``; a ``VaecfError`` becomes one line on stderr, exit 1.
+
+    So does an ``OSError`` the user fixes outside vaecf (a full disk or quota, a read-only or
+    failing device) that a stage's publish did not already describe (``vaecf.io.publish``).
+    """
     try:
         body(parser.parse_args(argv))
-    except VaecfError as err:
+    except (VaecfError, OSError) as err:
+        if isinstance(err, OSError):
+            if err.errno not in DISK_ERRORS:
+                raise
+            err = VaecfError(f"{err.filename or 'writing'}: {os.strerror(err.errno)}")
         message = str(err).replace("\n", " ")
         print(f"vaecf {stage}: error: {message}", file=sys.stderr, flush=True)
         return 1

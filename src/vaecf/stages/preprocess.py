@@ -69,6 +69,10 @@ def run(config: PreprocessConfig) -> None:
             names = [record["name"] for record in download["downloads"]]
         except (KeyError, TypeError) as err:
             raise VaecfError(f"{raw_dir}/download_manifest.json: missing field {err}") from None
+        unchecked = sorted(set(map(str, names)) - set(download["files"]))
+        if unchecked:  # read_manifest checked the SHA-256 of the listed files only
+            raise VaecfError(f"{raw_dir}/download_manifest.json: downloads[].name "
+                             f"{unchecked[0]!r} is not one of its checksummed files")
         with scratch(staging) as extracted:
             raw = read_raw(dataset.reader, raw_dir, names, extracted)
         log.info(f"{dataset.name}: read {len(raw.user_id):,} rows from {len(raw.files)} file(s)")

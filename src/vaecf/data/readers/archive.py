@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, TypeVar
 
 from vaecf.errors import VaecfError
+from vaecf.io.paths import inside, relative_name
 
 Match = Callable[[str], bool]
 T = TypeVar("T")
@@ -102,8 +103,9 @@ def _scan(directory: Path, names: list[str], match: Match, take: Callable[[_Memb
           where: str) -> list[T]:
     """``take`` applied to every matching member, inside the archive's error handling."""
     taken: list[T] = []
+    paths = {name: inside(directory, name, where) for name in names}
     for name in sorted(names):
-        path = directory / name
+        path = paths[name]
         try:
             if name.endswith(".zip"):
                 taken.extend(take(m) for m in _from_zip(path, name, match))
@@ -121,6 +123,7 @@ def _from_zip(path: Path, name: str, match: Match) -> Iterator[_Member]:
     with zipfile.ZipFile(path) as archive:
         for member in sorted(archive.namelist()):
             if not member.endswith("/") and match(member):
+                relative_name(member, f"{name}")
                 yield _Member(f"{name}:{member}", partial(archive.open, member))
 
 
@@ -136,6 +139,7 @@ def _from_tar(tar: tarfile.TarFile, label: str, match: Match) -> Iterator[_Membe
             with tarfile.open(fileobj=stream, mode="r|") as inner:
                 yield from _from_tar(inner, f"{label}:{member.name}", match)
         elif match(member.name):
+            relative_name(member.name, label)
             yield _Member(f"{label}:{member.name}", partial(_opened, stream))
 
 
