@@ -23,6 +23,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -82,7 +83,8 @@ def check_directory(directory: str, split: str) -> None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".vaecf-probe-", dir=existing))
     except OSError as err:
-        raise VaecfError(f"{flag}: {existing} is not writable ({err.strerror})") from err
+        raise VaecfError(f"{flag}: cannot create a folder in {existing} ({err.strerror})"
+                         ) from err
 
 
 def _check_s3_directory(directory: str, split: str, flag: str) -> None:
@@ -139,7 +141,12 @@ def save(directory: str, epoch: int, meta: dict[str, Any], arrays: dict[str, np.
 
 
 def _write(folder: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], epoch: int) -> None:
-    np.savez(folder / "state.npz", **arrays)
+    # np.savez's own archive, but closed at once when a write fails: np.savez leaves that to
+    # the garbage collector, which prints a second ENOSPC traceback ("Exception ignored").
+    with zipfile.ZipFile(folder / "state.npz", "w", allowZip64=True) as archive:
+        for key, value in arrays.items():
+            with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
     meta = {**meta, "epoch": epoch, "state_sha256": sha256_file(folder / "state.npz")}
     (folder / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
 
