@@ -353,6 +353,35 @@ def test_checkpoint_dir_in_the_split_or_another_output_is_refused(trained, tmp_p
     assert not (tmp_path / "new").exists()
 
 
+def test_s3_checkpoint_dir_in_the_split_or_another_output_is_refused(synthetic_split, cli,
+                                                                     s3_bucket: str) -> None:  # type: ignore[no-untyped-def]
+    from vaecf.io import storage
+
+    split = f"s3://{s3_bucket}/split"
+    storage.upload_dir(synthetic_split(n_users=600, n_items=300, seed=0), split)
+    before = storage.list_keys(split)
+    for checkpoints, why in ((f"{split}/checkpoints", f"lies in the split {split}"),
+                             (split, f"lies in the split {split}"),
+                             (f"s3://{s3_bucket}/split/", f"lies in the split {split}")):
+        code, _, err = cli("train", "--split", split, "--output", f"s3://{s3_bucket}/model",
+                           *SMALL, "--checkpoint-dir", checkpoints)
+        assert (code, err) == (1, f"vaecf train: error: --checkpoint-dir {checkpoints}: {why} "
+                                  "(checkpoints go in a folder of their own)\n")
+    code, _, err = cli("train", "--split", f"s3://{s3_bucket}/split/", "--output",
+                       f"s3://{s3_bucket}/model", *SMALL, "--checkpoint-dir",
+                       f"s3://{s3_bucket}/split")
+    assert code == 1 and "lies in the split" in err
+    storage.upload_dir(synthetic_split(n_users=600, n_items=300, seed=0),
+                       f"s3://{s3_bucket}/other")
+    code, _, err = cli("train", "--split", split, "--output", f"s3://{s3_bucket}/model",
+                       *SMALL, "--checkpoint-dir", f"s3://{s3_bucket}/other")
+    assert err == (f"vaecf train: error: --checkpoint-dir s3://{s3_bucket}/other: holds "
+                   "dataset_manifest.json, a stage's output (checkpoints go in a folder of "
+                   "their own)\n")
+    assert storage.list_keys(split) == before
+    assert storage.list_keys(f"s3://{s3_bucket}/model") == []
+
+
 def test_checkpoint_dir_where_nothing_can_be_created_fails_before_training(
         synthetic_split, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
     """``/proc`` refuses new folders even to root, whom ``os.access`` tells it is writable:
