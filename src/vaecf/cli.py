@@ -7,6 +7,7 @@ download`` never pays for importing TensorFlow.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -67,6 +68,21 @@ def quiet_tensorflow() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+def stage_tmp(stage: str) -> contextlib.AbstractContextManager[object]:
+    """A private temporary directory for a TensorFlow stage's process, removed at its exit.
+
+    TensorFlow writes the code autograph generates (``__autograph_generated_file*.py``) into
+    ``$TMPDIR`` and removes it only at a clean exit; a killed run's files go with its
+    ``$TMPDIR/vaecf-tf-<pid>-*``, which the next TensorFlow stage removes once that process is
+    gone (``vaecf.io.publish.process_tmp``).
+    """
+    if NEEDS.get(stage, ("",))[0] != "tensorflow":
+        return contextlib.nullcontext()
+    from vaecf.io.publish import process_tmp
+
+    return process_tmp("tf")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("-h", "--help"):
@@ -91,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     quiet_tensorflow()
     module = importlib.import_module(stage_module(argv[0]))
-    code: int = module.main(argv[1:])
+    with stage_tmp(argv[0]):
+        code: int = module.main(argv[1:])
     return code
 
 

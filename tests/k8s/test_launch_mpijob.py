@@ -163,6 +163,8 @@ def test_sigterm_deletes_the_job(env, monkeypatch) -> None:
     (["--store", "s3://ab"], "s3://ab/vaecf-train-"),
     (["--image", "Not An Image"], "--image 'Not An Image': expected registry/name"),
     (["--slots-per-worker", "2"], "--slots-per-worker 2: must equal --gpus-per-worker 1"),
+    (["--timeout", "-1"], "argument --timeout: expected a finite number > 0, got -1 (see "),
+    (["--timeout", "nan"], "argument --timeout: expected a finite number > 0, got nan (see "),
 ])
 def test_bad_input_creates_nothing(env, cli, monkeypatch, extra, message) -> None:
     with serve(env, monkeypatch, Scenario()) as server:

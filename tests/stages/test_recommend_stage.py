@@ -75,13 +75,32 @@ def test_ids_written_as_floats_are_the_integer_ids(model: Path, tmp_path: Path, 
     pairs = pd.DataFrame({"user_id": [1, 1], "item_id": items[:2].astype(np.float64)})
     path = tmp_path / f"in{suffix}"
     pairs.to_csv(path, index=False) if suffix == ".csv" else pairs.to_parquet(path)
-    assert read_pairs(path)["item_id"].dtype == np.float64  # read back as 4.0, not 4
+    read = read_pairs(path)["item_id"]  # read back as 4.0, not 4
+    assert list(read.astype(str)) == [f"{item}.0" for item in items[:2]]
     code, out, err = cli("recommend", "--model", model, "--input", path,
                          "--output", tmp_path / "out", "--top-k", str(items.size - 2))
     assert (code, err) == (0, ""), err
     result = pd.read_parquet(tmp_path / "out" / "recommendations.parquet")
     assert sorted(result["item_id"]) == sorted(items[2:])  # every item but the user's own
     assert "(0 pairs with an unknown item ignored)" in out
+
+
+def test_user_ids_are_text_so_007_and_7_are_two_users(model: Path, tmp_path: Path,
+                                                     cli) -> None:
+    """A CSV's ids are text as written (pandas read both as the integer 7 and merged the two
+    users' items)."""
+    items = item_ids(model)
+    (tmp_path / "in.csv").write_text(f"user_id,item_id\n007,{items[0]}\n7,{items[1]}\n"
+                                     f"7,{items[2]}\n")
+    code, out, err = cli("recommend", "--model", model, "--input", tmp_path / "in.csv",
+                         "--output", tmp_path / "out", "--top-k", str(items.size - 2))
+    assert (code, err) == (0, ""), err
+    assert "for 2 users" in out
+    result = pd.read_parquet(tmp_path / "out" / "recommendations.parquet")
+    assert list(result["user_id"].unique()) == ["007", "7"]  # ascending as text
+    first = set(result[result["user_id"] == "007"]["item_id"])
+    assert len(first) == items.size - 2 and items[0] not in first
+    assert set(result[result["user_id"] == "7"]["item_id"]) == set(items) - set(items[1:3])
 
 
 def test_top_k_above_the_model_items_is_refused(model: Path, tmp_path: Path, cli) -> None:

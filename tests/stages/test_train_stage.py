@@ -329,3 +329,182 @@ def test_sigterm_checkpoints_the_epoch_and_a_rerun_resumes_the_same_run(
     whole, parts = read_log(tmp_path / "whole"), read_log(tmp_path / "parts")
     assert [r["loss"] for r in whole] == [r["loss"] for r in parts]
     assert [r["beta"] for r in whole] == [r["beta"] for r in parts]
+
+
+@pytest.mark.parametrize("where", ["split", "split/checkpoints", "model", "model/saved_model"])
+def test_checkpoint_dir_in_the_split_or_another_output_is_refused(trained, tmp_path: Path, cli,
+                                                                  where: str) -> None:  # type: ignore[no-untyped-def]
+    """Checkpoints in the split, or in another model's output, would put files there that
+    its manifest does not list (the stages then refuse it as an input or output)."""
+    split, model = trained
+    folder = {"split": split, "model": model}[where.split("/")[0]]
+    checkpoints = folder.joinpath(*where.split("/")[1:])
+    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+    code, out, err = cli("train", "--split", split, "--output", tmp_path / "new", *SMALL,
+                         "--checkpoint-dir", checkpoints)
+    assert code == 1 and "training on" not in out
+    if where.startswith("split"):
+        assert err == (f"vaecf train: error: --checkpoint-dir {checkpoints}: lies in the split "
+                       f"{split} (checkpoints go in a folder of their own)\n")
+    else:
+        assert err == (f"vaecf train: error: --checkpoint-dir {checkpoints}: {model} holds "
+                       "train_manifest.json, a stage's output (checkpoints go in a folder of "
+                       "their own)\n")
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
+    assert not (tmp_path / "new").exists()
+
+
+def test_s3_checkpoint_dir_in_the_split_or_another_output_is_refused(synthetic_split, cli,
+                                                                     s3_bucket: str) -> None:  # type: ignore[no-untyped-def]
+    from vaecf.io import storage
+
+    split = f"s3://{s3_bucket}/split"
+    storage.upload_dir(synthetic_split(n_users=600, n_items=300, seed=0), split)
+    before = storage.list_keys(split)
+    for checkpoints, why in ((f"{split}/checkpoints", f"lies in the split {split}"),
+                             (split, f"lies in the split {split}"),
+                             (f"s3://{s3_bucket}/split/", f"lies in the split {split}")):
+        code, _, err = cli("train", "--split", split, "--output", f"s3://{s3_bucket}/model",
+                           *SMALL, "--checkpoint-dir", checkpoints)
+        assert (code, err) == (1, f"vaecf train: error: --checkpoint-dir {checkpoints}: {why} "
+                                  "(checkpoints go in a folder of their own)\n")
+    code, _, err = cli("train", "--split", f"s3://{s3_bucket}/split/", "--output",
+                       f"s3://{s3_bucket}/model", *SMALL, "--checkpoint-dir",
+                       f"s3://{s3_bucket}/split")
+    assert code == 1 and "lies in the split" in err
+    storage.upload_dir(synthetic_split(n_users=600, n_items=300, seed=0),
+                       f"s3://{s3_bucket}/other")
+    code, _, err = cli("train", "--split", split, "--output", f"s3://{s3_bucket}/model",
+                       *SMALL, "--checkpoint-dir", f"s3://{s3_bucket}/other")
+    assert err == (f"vaecf train: error: --checkpoint-dir s3://{s3_bucket}/other: holds "
+                   "dataset_manifest.json, a stage's output (checkpoints go in a folder of "
+                   "their own)\n")
+    assert storage.list_keys(split) == before
+    assert storage.list_keys(f"s3://{s3_bucket}/model") == []
+
+
+def test_checkpoint_dir_where_nothing_can_be_created_fails_before_training(
+        synthetic_split, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """``/proc`` refuses new folders even to root, whom ``os.access`` tells it is writable:
+    the up-front check creates a probe instead (as root it trained for an epoch, then
+    failed at the first checkpoint)."""
+    code, out, err = cli("train", "--split", synthetic_split(n_users=600, n_items=300, seed=0),
+                         "--output", tmp_path / "model", "--checkpoint-dir", "/proc/ckpt",
+                         *SMALL)
+    assert code == 1 and "training on" not in out
+    assert err.startswith("vaecf train: error: --checkpoint-dir /proc/ckpt: cannot create a "
+                          "folder in /proc (") and err.count("\n") == 1, err
+    assert not (tmp_path / "model").exists()
+
+
+@pytest.fixture()
+def small_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A 256 KiB tmpfs: room for one checkpoint of a 16-unit model, not two."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:  # not root, or no CAP_SYS_ADMIN (an unprivileged container)
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_full_disk_at_a_checkpoint_is_one_line_and_keeps_the_last_good_one(
+        synthetic_split, tmp_path: Path, cli, small_disk: Path) -> None:  # type: ignore[no-untyped-def]
+    from vaecf.train import checkpoint
+
+    split = synthetic_split(n_users=600, n_items=300, seed=0)
+    code, out, err = cli("train", "--split", split, "--output", tmp_path / "model",
+                         "--batch-size", "100", "--hidden", "16", "--latent", "8",
+                         "--epochs", "2", "--checkpoint-every", "1",
+                         "--checkpoint-dir", small_disk)
+    assert code == 1 and f"checkpoint {small_disk}/epoch-000001 written" in out
+    assert err == (f"vaecf train: error: checkpoint {small_disk}/epoch-000002: cannot write it "
+                   "(No space left on device); the previous checkpoints are kept\n")
+    assert [p.name for p in small_disk.iterdir()] == ["epoch-000001"]  # no .epoch-* debris
+    found = checkpoint.load_newest(str(small_disk))
+    assert found is not None and found.name == "epoch-000001"
+    assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.parametrize("flag", ["--hidden", "--latent"])
+def test_model_too_large_is_refused_before_allocating(synthetic_split, tmp_path: Path, cli,
+                                                      flag: str) -> None:  # type: ignore[no-untyped-def]
+    """It ended in TensorFlow's ResourceExhaustedError when the weights were created."""
+    split = synthetic_split(n_users=600, n_items=300, seed=0)
+    code, _, err = cli("train", "--split", split, "--output", tmp_path / "model", *SMALL,
+                       flag, "1000000000")
+    hidden, latent = ("1000000000", "16") if flag == "--hidden" else ("64", "1000000000")
+    assert code == 1
+    assert err.startswith(f"vaecf train: error: --hidden {hidden} --latent {latent} with "
+                          "300 items: ") and err.count("\n") == 1, err
+    assert "more than the 2,147,483,647 this trainer supports" in err
+    assert not (tmp_path / "model").exists()
+    assert not (tmp_path / "model-checkpoints").exists()
+
+
+def test_ctrl_c_stops_like_sigterm_without_a_traceback(synthetic_split, tmp_path: Path) -> None:
+    split = synthetic_split(n_users=600, n_items=300, seed=0)
+    process = run_cli("train", "--split", split, "--output", tmp_path / "model", "--epochs",
+                      "4", "--steps-per-epoch", "150", "--batch-size", "100", "--hidden", "64",
+                      "--latent", "16", "--validate-every", "4")
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    while line and not line.startswith("epoch 1:"):
+        line = process.stdout.readline()
+    process.send_signal(signal.SIGINT)
+    code, _, err = finish(process)
+    assert code == 1, err[-3000:]
+    assert err.startswith("vaecf train: error: stopped by SIGINT after epoch "), err[-3000:]
+    assert err.count("\n") == 1 and "Traceback" not in err
+    epoch = int(err.split("after epoch ")[1].split()[0])
+    assert epoch < 4 and not (tmp_path / "model").exists()
+    kept = sorted(p.name for p in (tmp_path / "model-checkpoints").iterdir())
+    assert kept[-1] == f"epoch-{epoch:06d}"
+
+
+def test_ctrl_c_before_the_first_epoch_is_one_line_too(synthetic_split, tmp_path: Path) -> None:
+    """Ctrl-C while the model is built: KeyboardInterrupt, reported in one line, exit 1 (or,
+    if the loop had started, the run stops after its epoch as above)."""
+    split = synthetic_split(n_users=600, n_items=300, seed=0)
+    process = run_cli("train", "--split", split, "--output", tmp_path / "model", *SMALL,
+                      "--epochs", "2")
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    while line and not line.startswith("training on"):
+        line = process.stdout.readline()
+    process.send_signal(signal.SIGINT)
+    code, _, err = finish(process)
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err[-3000:]
+    interrupted = (f"vaecf train: error: stopped by SIGINT; checkpoints in {tmp_path}/"
+                   "model-checkpoints are kept (rerun to resume from the newest)\n")
+    assert err == interrupted or err.startswith("vaecf train: error: stopped by SIGINT after "
+                                                "epoch 1 "), err
+    assert not (tmp_path / "model").exists()
+
+
+def test_tensorflow_temp_files_of_a_killed_run_are_swept(synthetic_split,
+                                                         tmp_path: Path) -> None:
+    """autograph writes ``__autograph_generated_file*.py`` into $TMPDIR and removes them only
+    at a clean exit: a killed run's go with its private folder, swept by the next stage."""
+    split, tmp = synthetic_split(n_users=600, n_items=300, seed=0), tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    argv = [sys.executable, "-m", "vaecf.cli", "train", "--split", str(split), *SMALL]
+    killed = subprocess.Popen([*argv, "--output", str(tmp_path / "killed"), "--epochs", "3"],
+                              env=env, stdout=subprocess.PIPE, text=True)
+    assert killed.stdout is not None
+    line = killed.stdout.readline()
+    while line and not line.startswith("epoch 1:"):
+        line = killed.stdout.readline()
+    killed.kill()
+    killed.communicate(timeout=60)
+    generated = list(tmp.rglob("__autograph_generated_file*.py"))
+    assert generated and {p.parent.parent for p in generated} == {tmp}
+    (private,) = {p.parent for p in generated}
+    assert private.name.startswith(f"vaecf-tf-{killed.pid}-")
+    done = subprocess.run([*argv, "--output", str(tmp_path / "model"), "--epochs", "1"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert list(tmp.iterdir()) == []  # the dead run's folder swept, the new one removed

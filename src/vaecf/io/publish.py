@@ -157,6 +157,22 @@ def _private_tmp(kind: str) -> Iterator[Path]:
         yield Path(tmp)
 
 
+@contextmanager
+def process_tmp(kind: str) -> Iterator[Path]:
+    """A private ``$TMPDIR/vaecf-<kind>-<pid>-*`` as this process's temporary directory.
+
+    Everything the block writes through ``tempfile`` (TensorFlow's
+    ``__autograph_generated_file*.py`` included) goes there and is removed at the end; what a
+    killed process left is removed by the next one, as ``_private_tmp`` does.
+    """
+    with _private_tmp(kind) as tmp:
+        previous, tempfile.tempdir = tempfile.tempdir, str(tmp)
+        try:
+            yield tmp
+        finally:
+            tempfile.tempdir = previous
+
+
 def _replace_dir(staging: Path, target: Path, tagged: str) -> None:
     """Rename ``staging`` onto ``target``; an older ``target`` is moved aside first (into
     ``<tagged>.old-*``, which the next run removes if this one is killed meanwhile)."""

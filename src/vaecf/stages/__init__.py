@@ -66,7 +66,8 @@ def finite_non_negative(text: str) -> float:
 
 
 def finite_positive(text: str) -> float:
-    """argparse type of a rate (``--learning-rate``): finite and > 0 (nan and inf refused)."""
+    """argparse type of a rate or a time (``--learning-rate``, ``--timeout``): finite and > 0
+    (nan and inf refused)."""
     value = float(text)
     if not (math.isfinite(value) and value > 0.0):
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")

@@ -16,7 +16,7 @@ from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, read_manifest, storage
 from vaecf.k8s import client, mpijob, render
-from vaecf.stages import new_parser, run_stage, seed
+from vaecf.stages import finite_positive, new_parser, run_stage, seed
 
 STAGE = "launch-mpijob"
 SPLIT_STAGE = "dataset"  # the split directory's manifest (vaecf.data.splits.MANIFEST_STAGE)
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--template", type=Path, default=None,
                         help="MPIJob template (default: $VAECF_MPIJOB_TEMPLATE or "
                              "manifests/mpijob.yaml)")
-    parser.add_argument("--timeout", type=float, default=48 * 3600,
+    parser.add_argument("--timeout", type=finite_positive, default=48 * 3600,
                         help="seconds before the job is deleted and the step fails")
     return parser
 

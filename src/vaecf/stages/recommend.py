@@ -3,9 +3,10 @@
 Reads a ``vaecf train`` output (its SavedModel's ``recommend`` signature and the item index
 it was trained on) and a Parquet or CSV file of ``user_id,item_id`` pairs; writes
 ``recommendations.parquet`` (``user_id``, ``rank`` from 1, ``item_id``, ``score``), users in
-ascending ``user_id`` order, never recommending a user's own items. Ids are matched as text,
-an integral float (``4.0``, as pandas writes ids that went through a float column) as its
-integer.
+ascending ``user_id`` order, never recommending a user's own items. A CSV's ids are text as
+written: users ``007`` and ``7`` are two users (a Parquet file's ids keep their column's type).
+Item ids are matched against the model's item index as text, an integral float (``4.0``, as
+pandas writes ids that went through a float column) as its integer.
 Items the model does not know are ignored, counted in the manifest and in a warning line on
 stderr: a model can only fold in items it was trained on.
 """
@@ -50,8 +51,8 @@ def read_pairs(path: Path) -> pd.DataFrame:
     try:
         if path.suffix == ".parquet":
             frame = pq.read_table(path).to_pandas()
-        elif path.suffix == ".csv":
-            frame = pd.read_csv(path)
+        elif path.suffix == ".csv":  # ids are text: 007 is not 7; only an empty field is NA
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
         else:
             raise VaecfError(f"{path}: expected a .parquet or .csv file")
     except (OSError, ValueError, pa.ArrowException) as err:
@@ -95,10 +96,11 @@ def model_item_ids(model_dir: Path) -> np.ndarray:
 
 
 def id_text(ids: pd.Series) -> pd.Series:
-    """Raw ids as the text they are matched by: ``4.0`` as ``4``.
+    """Raw item ids as the text they are matched by: ``4.0`` as ``4``.
 
-    A CSV column with one non-numeric id is read as strings; ids that went through a float
-    column (pandas writes them ``4.0``) must still match.
+    The model's item index keeps its ids' type (integers for MovieLens); ids that went through
+    a float column (pandas writes them ``4.0``) must still match. User ids are never
+    rewritten: they are only told apart, and ``007`` is not ``7``.
     """
     return ids.astype(str).str.replace(r"^(-?\d+)\.0*$", r"\1", regex=True)
 

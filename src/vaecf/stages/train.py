@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 from vaecf.errors import VaecfError
-from vaecf.io import check_output, is_s3, manifest_name
+from vaecf.io import check_output, manifest_name
 from vaecf.stages import finite_non_negative, finite_positive, new_parser, run_stage, seed
+from vaecf.train import checkpoint
 from vaecf.train.config import COMPRESSIONS, PRECISIONS, TrainConfig
 
 STAGE = "train"
@@ -97,29 +96,17 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         compression=args.compression)
 
 
-def check_checkpoint_dir(directory: str) -> None:
-    """Refuse a local checkpoint directory this process cannot create or write, before
-    TensorFlow starts (it would otherwise fail at the first checkpoint, an epoch later).
-
-    An s3:// location is checked when the first checkpoint is written.
-    """
-    if is_s3(directory):
-        return
-    path = Path(directory).absolute()
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir():
-        raise VaecfError(f"--checkpoint-dir {directory}: {existing} is not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise VaecfError(f"--checkpoint-dir {directory}: {existing} is not writable")
-
-
 def _body(args: argparse.Namespace) -> None:
     config = config_from_args(args)
-    check_checkpoint_dir(config.checkpoint_dir)
+    checkpoint.check_directory(config.checkpoint_dir, config.split)
     check_output(config.output, manifest_name(STAGE), config.inputs)
-    from vaecf.train.run import train  # TensorFlow is imported only when training runs
+    try:
+        from vaecf.train.run import train  # TensorFlow is imported only when training runs
 
-    train(config)
+        train(config)
+    except KeyboardInterrupt:  # a second Ctrl-C, or one before training started
+        raise VaecfError(f"stopped by SIGINT; checkpoints in {config.checkpoint_dir} are "
+                         "kept (rerun to resume from the newest)") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from vaecf.data.splits import Split, load_split
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, write_manifest
 from vaecf.train import horovod as dist
+from vaecf.train import memory
 from vaecf.train.config import TrainConfig
 from vaecf.train.export import export
 from vaecf.train.trainer import Trainer
@@ -39,6 +40,8 @@ def train(config: TrainConfig) -> None:
             split_dir = stack.enter_context(open_input(config.split))
             split = load_split(split_dir)
             _check_batch(config.batch_size, split.train.shape[0], config.split)
+            memory.check_fits(split.train.shape[1], config.hidden, config.latent,
+                              config.batch_size // runtime.size)
             log.info(f"training on {split.train.shape[0]:,} users x {split.n_items:,} items, "
                      f"world size {runtime.size}, {config.precision}, "
                      f"batch {config.batch_size}")

@@ -8,7 +8,6 @@ and the model's noise a function of (seed, step, user), both recorded in the che
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,13 +150,14 @@ class Trainer:
     def fit(self) -> None:
         """Train from the current state to ``config.epochs``.
 
-        A SIGTERM (Kubernetes stopping the pod) ends the run after the current epoch, with a
-        checkpoint on rank 0, so a rerun resumes there; a second SIGTERM acts at once.
+        A SIGTERM (Kubernetes stopping the pod) or SIGINT (Ctrl-C) ends the run after the
+        current epoch, with a checkpoint on rank 0, so a rerun resumes there; a second signal
+        acts at once.
         """
-        with checkpoint.sigterm_flag() as stop:
+        with checkpoint.stop_request() as stop:
             self._fit(stop)
 
-    def _fit(self, stop: threading.Event) -> None:
+    def _fit(self, stop: checkpoint.StopRequest) -> None:
         first, saved = True, time.monotonic()
         for epoch in range(self.state.epoch + 1, self.config.epochs + 1):
             with log.summarised():  # in a log, the epoch's one line is ``_describe``
@@ -173,7 +173,7 @@ class Trainer:
                 self.save_checkpoint()
                 saved = time.monotonic()
             if stop.is_set():
-                raise VaecfError(f"stopped by SIGTERM after epoch {epoch} (step "
+                raise VaecfError(f"stopped by {stop.signal_name} after epoch {epoch} (step "
                                  f"{self.state.step}); rerun to resume from its checkpoint")
 
     def _checkpoint_due(self, epoch: int, saved: float) -> bool:

@@ -1,0 +1,82 @@
+"""Whether a model of the asked size can be trained here, checked before anything is allocated.
+
+``--hidden 1000000000`` would otherwise end in TensorFlow's ``ResourceExhaustedError`` (or the
+kernel's OOM killer) after the split was read; the model's size is known from its flags and the
+split's item count, so the run is refused with one line instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vaecf.errors import VaecfError
+from vaecf.model.vae import padded_items
+
+# Larger than any Mult-VAE that fits one device (1M items x 600 hidden is 1.2e9 parameters,
+# ~19 GB with Adam and gradients); beyond it, int32 shape arithmetic in TensorFlow's GPU
+# kernels overflows.
+MAX_PARAMETERS = 2**31 - 1
+# Bytes per parameter: float32 weights, gradients and Adam's two moments (on the device), and
+# on the host the best epoch's weights and a checkpoint's copy of weights and moments.
+BYTES_PER_PARAMETER = 4 * 4
+GIB = 2**30
+
+
+def parameters(n_items: int, hidden: int, latent: int) -> int:
+    """Mult-VAE's parameter count: items -> hidden -> 2 x latent, latent -> hidden -> items.
+
+    The item layers are padded to a multiple of 8 (``vaecf.model.vae.padded_items``).
+    """
+    items = padded_items(n_items)
+    return ((items + 1) * hidden + (hidden + 1) * 2 * latent + (latent + 1) * hidden
+            + (hidden + 1) * items)
+
+
+def training_bytes(n_items: int, hidden: int, latent: int, local_batch: int) -> int:
+    """A lower bound of one process's training memory: the parameters' state
+    (``BYTES_PER_PARAMETER`` each) and the float32 logits of a batch and their gradient."""
+    logits = local_batch * padded_items(n_items) * 4 * 2
+    return parameters(n_items, hidden, latent) * BYTES_PER_PARAMETER + logits
+
+
+def available_bytes() -> int | None:
+    """Memory this process may still take: ``MemAvailable``, capped by a cgroup's limit
+    (a container's); None where neither can be read (not Linux)."""
+    found = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError):
+        pass
+    for limit, usage in (("memory.max", "memory.current"),  # cgroup v2, then v1
+                         ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+        try:
+            cap = (Path("/sys/fs/cgroup") / limit).read_text().strip()
+            used = int((Path("/sys/fs/cgroup") / usage).read_text())
+        except (OSError, ValueError):
+            continue
+        if cap.isdigit() and int(cap) < 2**60:  # v1 reports "no limit" as ~2**63
+            found.append(max(0, int(cap) - used))
+        break
+    return min(found) if found else None
+
+
+def check_fits(n_items: int, hidden: int, latent: int, local_batch: int) -> None:
+    """Refuse, in one line naming the flags, a model too large to train in this process.
+
+    On a GPU the host bound still applies (best weights and checkpoints live on the host);
+    TensorFlow has no public call for a GPU's total memory, so the device's own limit is
+    found by allocating.
+    """
+    count = parameters(n_items, hidden, latent)
+    what = f"--hidden {hidden} --latent {latent} with {n_items:,} items"
+    if count > MAX_PARAMETERS:
+        raise VaecfError(f"{what}: {count:,} parameters, more than the {MAX_PARAMETERS:,} "
+                         "this trainer supports (use a smaller --hidden or --latent)")
+    needed = training_bytes(n_items, hidden, latent, local_batch)
+    free = available_bytes()
+    if free is not None and needed > free:
+        raise VaecfError(f"{what}: training needs at least {needed / GIB:,.1f} GiB of memory "
+                         f"({count:,} parameters with Adam's moments), {free / GIB:,.1f} GiB "
+                         "is available (use a smaller --hidden, --latent or --batch-size)")
