@@ -94,6 +94,18 @@ def test_local_publish_is_atomic(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_an_output_with_an_empty_folder_can_be_replaced_by_its_stage(tmp_path: Path) -> None:
+    """A stage's empty folder (a SavedModel's ``assets/``) is not published, so the stage's
+    next run still recognises the output as its own (an empty folder a user adds is not)."""
+    target = tmp_path / "out"
+    for payload in (b"abc", b"def"):
+        with publish(str(target), TOY) as staging:
+            _write_stage(staging, payload)
+            (staging / "sub" / "assets" / "deeper").mkdir(parents=True)
+    assert (target / "data.bin").read_bytes() == b"def"
+    assert not (target / "sub" / "assets").exists()
+
+
 def test_unwritable_output(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -62,6 +62,7 @@ def publish(output: str, manifest: str, inputs: Iterable[str | None] = ()) -> It
         staging.mkdir()
         with _writing(output, str(area.parent)):
             yield staging
+        _drop_empty_folders(staging)
         check_output(output, manifest, sources)
         target.parent.mkdir(parents=True, exist_ok=True)
         _replace_dir(staging, target, area.name.rsplit(".staging-", 1)[0])
@@ -171,6 +172,18 @@ def process_tmp(kind: str) -> Iterator[Path]:
             yield tmp
         finally:
             tempfile.tempdir = previous
+
+
+def _drop_empty_folders(staging: Path) -> None:
+    """Remove the empty folders below ``staging`` (a SavedModel's empty ``assets/``).
+
+    An output is its manifest's files and their folders, as on S3, which has no folders: an
+    empty folder in a previous output means someone else put it there, so the next run refuses
+    to replace it (``vaecf.io.location``). TensorFlow loads a SavedModel without ``assets/``.
+    """
+    for root, _, _ in os.walk(staging, topdown=False):  # children first: nested empties go too
+        if root != str(staging) and not os.listdir(root):
+            os.rmdir(root)
 
 
 def _replace_dir(staging: Path, target: Path, tagged: str) -> None:
