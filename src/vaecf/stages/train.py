@@ -9,7 +9,7 @@ from pathlib import Path
 from vaecf.errors import VaecfError
 from vaecf.io import check_output, is_s3, manifest_name
 from vaecf.stages import finite_non_negative, finite_positive, new_parser, run_stage, seed
-from vaecf.train.config import PRECISIONS, TrainConfig
+from vaecf.train.config import DEFAULT_BATCH_SIZE, PRECISIONS, TrainConfig
 
 STAGE = "train"
 
@@ -51,8 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--checkpoint-dir", help="checkpoints (local or s3://); a rerun resumes from the "
         "newest valid one [default: <output>-checkpoints]")
     add("--epochs", type=_positive, default=20)
-    add("--batch-size", type=_positive, default=500,
-        help="global batch: users per step over all processes")
+    add("--batch-size", type=_positive, help="global batch: users per step over all "
+        f"processes [default: {DEFAULT_BATCH_SIZE}, or the training users of a smaller split]")
     add("--precision", choices=PRECISIONS, default="fp32",
         help="mixed_float16 uses dynamic loss scaling")
     add("--xla", action="store_true", help="compile the whole training step with XLA")
@@ -85,7 +85,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     checkpoint_dir = args.checkpoint_dir or args.output.rstrip("/") + "-checkpoints"
     return TrainConfig(
         split=args.split, output=args.output, checkpoint_dir=checkpoint_dir,
-        epochs=args.epochs, batch_size=args.batch_size, precision=args.precision,
+        epochs=args.epochs, batch_size=args.batch_size or DEFAULT_BATCH_SIZE,
+        batch_size_default=args.batch_size is None, precision=args.precision,
         xla=args.xla, learning_rate=args.learning_rate, beta_cap=args.beta_cap,
         anneal_steps=args.anneal_steps, dropout=args.dropout, hidden=args.hidden,
         latent=args.latent, l2=args.l2, seed=args.seed, validate_every=args.validate_every,
