@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--expect-world-size", type=_positive, help="fail unless this many processes run")
     add("--expect-hosts", type=_positive, help="fail unless the processes span this many "
         "hosts")
+    add("--tensorboard-dir", help="rank 0 writes TensorBoard event files here (local or "
+        "s3://): loss, NLL, KL, beta, validation metrics, users/s, input share per epoch")
     return parser
 
 
@@ -92,7 +94,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         latent=args.latent, l2=args.l2, seed=args.seed, validate_every=args.validate_every,
         checkpoint_interval=args.checkpoint_interval,
         checkpoint_every=args.checkpoint_every, steps_per_epoch=args.steps_per_epoch,
-        expect_world_size=args.expect_world_size, expect_hosts=args.expect_hosts)
+        expect_world_size=args.expect_world_size, expect_hosts=args.expect_hosts,
+        tensorboard_dir=args.tensorboard_dir)
 
 
 def check_checkpoint_dir(directory: str) -> None:

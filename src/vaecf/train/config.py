@@ -36,6 +36,7 @@ class TrainConfig:
         every epoch doubled a small run's time (issue 13); 0 writes every epoch.
       checkpoint_every: also checkpoint every N epochs (None: by time only).
       expect_world_size, expect_hosts: fail at start-up unless the job has this shape.
+      tensorboard_dir: rank 0 writes TensorBoard event files here (local or s3://), or None.
     """
 
     split: str
@@ -60,6 +61,7 @@ class TrainConfig:
     steps_per_epoch: int | None = None
     expect_world_size: int | None = None
     expect_hosts: int | None = None
+    tensorboard_dir: str | None = None
 
     @property
     def keras_policy(self) -> str:

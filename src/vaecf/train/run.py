@@ -45,6 +45,7 @@ def train(config: TrainConfig) -> None:
                      f"batch {config.batch_size}")
             trainer = Trainer(config, runtime, split.train, split.heldout("val"),
                               split_digest=split.digest)
+            stack.callback(trainer.tracker.close)
             trainer.restore()
             trainer.fit()
             digests = dist.gather_object(trainer.weights_digest(), runtime)
