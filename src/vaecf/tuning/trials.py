@@ -1,0 +1,83 @@
+"""The trial record, shared by ``vaecf tune``, the KFP sweep's fan-in and the report.
+
+``trials.jsonl`` holds one JSON object per trial, in trial order::
+
+    {"trial": 3, "params": {"beta_cap": 0.4, ...}, "val": {"ndcg_at_100": 0.41, ...},
+     "best_epoch": 17, "model": "trials/trial-003", "best": false}
+
+``params`` are every searchable hyperparameter as the trial's ``train_manifest.json``
+recorded it (``anneal_steps`` as resolved for the run), so a record is complete whatever was
+searched; ``val`` the validation metrics of the exported model. The best trial is the one with
+the highest validation NDCG@100 (the first of equals); only it is evaluated on the test users.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from vaecf.errors import VaecfError
+from vaecf.io import open_input_file
+from vaecf.tuning.space import SEARCHABLE
+
+OBJECTIVE = "ndcg_at_100"
+VAL_KEYS = ("ndcg_at_100", "recall_at_20", "recall_at_50")
+
+
+def record(index: int, model: str, train_manifest: Mapping[str, Any],
+           val: Mapping[str, Any]) -> dict[str, Any]:
+    """One trial's record from its train manifest and its validation metrics.
+
+    Args:
+      val: metric key -> mean (the trainer's ``best_val``) or -> {"mean", "stderr"} (a
+        ``metrics.json`` of ``vaecf evaluate --subset val``).
+    """
+    parameters = train_manifest.get("parameters") or {}
+    values = {}
+    for key in VAL_KEYS:
+        value = val.get(key)
+        value = value.get("mean") if isinstance(value, dict) else value
+        if not (isinstance(value, int | float) and math.isfinite(value)):
+            raise VaecfError(f"trial {index} ({model}): no validation {key}")
+        values[key] = float(value)
+    return {"trial": index, "params": {k: parameters.get(k) for k in SEARCHABLE},
+            "val": values, "best_epoch": train_manifest.get("best_epoch"), "model": model}
+
+
+def mark_best(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Flag the trial with the highest validation NDCG@100 (first of equals); return it."""
+    if not records:
+        raise VaecfError("no trials to choose from")
+    best = max(records, key=lambda r: (r["val"][OBJECTIVE], -r["trial"]))
+    for entry in records:
+        entry["best"] = entry is best
+    return best
+
+
+def write_trials(path: Path, records: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+
+def read_trials(uri: str) -> list[dict[str, Any]]:
+    """``trials.jsonl``, checked: every line a trial with params and validation metrics."""
+    with open_input_file(uri) as path:
+        lines = path.read_text(errors="replace").splitlines()
+    found = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            entry = json.loads(line)
+        except ValueError as err:
+            raise VaecfError(f"{uri}: line {number}: not valid JSON ({err})") from None
+        ok = (isinstance(entry, dict) and isinstance(entry.get("params"), dict)
+              and isinstance(entry.get("val"), dict)
+              and all(isinstance(entry["val"].get(k), int | float) for k in VAL_KEYS))
+        if not ok:
+            raise VaecfError(f"{uri}: line {number}: expected a trial with 'params' and "
+                             f"'val' ({', '.join(VAL_KEYS)})")
+        found.append(entry)
+    if not found:
+        raise VaecfError(f"{uri}: no trials")
+    return found
