@@ -53,7 +53,27 @@ def build_parser() -> argparse.ArgumentParser:
     add("--collect-models", nargs="+", metavar="DIR", help="KFP fan-in: the trials' models")
     add("--collect-evaluations", nargs="+", metavar="DIR",
         help="KFP fan-in: their 'vaecf evaluate --subset val' outputs, in the same order")
+    add("--executor-input", metavar="JSON", help="KFP fan-in: the executor input, whose "
+        "input artifact lists 'models' and 'evaluations' replace the two flags above")
     return parser
+
+
+# KFP mounts an input artifact at a local path derived from its URI (kfp.dsl.Artifact.path).
+KFP_MOUNTS = (("gs://", "/gcs/"), ("minio://", "/minio/"), ("s3://", "/s3/"))
+
+
+def collected_paths(executor_input: str, name: str) -> list[str]:
+    """Local paths of the input artifact list ``name`` (a ``dsl.Collected``), in order."""
+    try:
+        artifacts = json.loads(executor_input)["inputs"]["artifacts"][name]["artifacts"]
+        uris = [str(artifact["uri"]) for artifact in artifacts]
+    except (ValueError, KeyError, TypeError) as err:
+        raise VaecfError(f"--executor-input: no input artifact list '{name}' ({err})") from None
+    paths = []
+    for uri in uris:
+        prefix = next(((r, m) for r, m in KFP_MOUNTS if uri.startswith(r)), ("", ""))
+        paths.append(prefix[1] + uri[len(prefix[0]):])
+    return paths
 
 
 def _space(text: str) -> dict[str, list[Any]]:
@@ -86,6 +106,9 @@ def _collected(args: argparse.Namespace, stack: ExitStack) -> list[dict[str, Any
 
 def run(args: argparse.Namespace) -> None:
     started = time.monotonic()
+    if args.executor_input:
+        args.collect_models = collected_paths(args.executor_input, "models")
+        args.collect_evaluations = collected_paths(args.executor_input, "evaluations")
     collecting = bool(args.collect_models or args.collect_evaluations)
     chosen = [] if collecting else trials(_space(args.space), args.trials, args.seed)
     unknown = [name for name in args.baselines if name not in BASELINES]
