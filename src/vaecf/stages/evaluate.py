@@ -99,9 +99,13 @@ def make_config(args: argparse.Namespace) -> EvaluateConfig:
                           ease_lambda=args.ease_lambda)
 
 
-def run(config: EvaluateConfig) -> dict[str, object]:
-    """Evaluate and publish; returns the content of ``metrics.json``."""
-    started, before = time.monotonic(), _process_seconds()
+def run(config: EvaluateConfig, in_process: bool = False) -> dict[str, object]:
+    """Evaluate and publish; returns the content of ``metrics.json``.
+
+    ``in_process``: called by another stage (``vaecf tune``), whose process time before this
+    call is not this evaluation's start-up.
+    """
+    started, before = time.monotonic(), 0.0 if in_process else _process_seconds()
     with ExitStack() as stack:
         model = None if config.model in BASELINES else config.model
         output = stack.enter_context(publish(config.output, manifest_name(STAGE),

@@ -154,7 +154,8 @@ def _evaluate_test(args: argparse.Namespace, model: str, output: Path) -> dict[s
 
     return evaluate(EvaluateConfig(split=args.split, model=model, output=str(output),
                                    subset="test", batch_users=4096, export_top_k=None,
-                                   baselines=tuple(args.baselines), ease_lambda=DEFAULT_LAMBDA))
+                                   baselines=tuple(args.baselines), ease_lambda=DEFAULT_LAMBDA),
+                    in_process=True)
 
 
 def main(argv: list[str] | None = None) -> int:
