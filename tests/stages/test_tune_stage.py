@@ -70,8 +70,8 @@ def test_the_kfp_fan_in_picks_the_same_best_from_val_evaluations(tuned, cli, tmp
         assert code == 0, err
         evaluations.append(str(target))
     code, _, err = cli("tune", "--split", split, "--output", tmp_path / "fan-in",
-                       "--collect-models", *models, "--collect-evaluations", *evaluations,
-                       "--baselines")
+                       "--collect-models", *models,  # evaluations paired by the model they name
+                       "--collect-evaluations", *reversed(evaluations), "--baselines")
     assert code == 0, err
     collected = read_trials(tmp_path / "fan-in")
     assert [r["best"] for r in collected] == [r["best"] for r in records]

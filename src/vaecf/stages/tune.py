@@ -86,22 +86,33 @@ def _space(text: str) -> dict[str, list[Any]]:
 
 
 def _collected(args: argparse.Namespace, stack: ExitStack) -> list[dict[str, Any]]:
-    """Records of trials trained elsewhere (the KFP sweep): model i with evaluation i."""
+    """Records of trials trained elsewhere (the KFP sweep), each model with its evaluation.
+
+    An evaluation's manifest names the model it scored; where those names are the given
+    models (KFP mounts an artifact at the same path in every step), they pair the two lists
+    whatever their order, else the lists pair in order.
+    """
     models, evaluations = args.collect_models or [], args.collect_evaluations or []
     if len(models) != len(evaluations):
         raise VaecfError(f"--collect-models ({len(models)}) and --collect-evaluations "
                          f"({len(evaluations)}) must pair up one to one")
-    records = []
-    for index, (model, evaluation) in enumerate(zip(models, evaluations, strict=True)):
-        train = read_manifest(stack.enter_context(open_input(model)), "train")
+    scored: list[tuple[str, dict[str, Any]]] = []
+    for evaluation in evaluations:
         directory = stack.enter_context(open_input(evaluation))
-        read_manifest(directory, "evaluate", required=["metrics.json"])
+        manifest = read_manifest(directory, "evaluate", required=["metrics.json"])
         metrics = json.loads((directory / "metrics.json").read_text())
         if metrics.get("subset") != "val":
             raise VaecfError(f"{evaluation}: evaluated on '{metrics.get('subset')}' users; "
                              "trials are compared on validation users only")
-        records.append(record(index, model, train, metrics))
-    return records
+        scored.append((str(manifest["inputs"].get("model")), metrics))
+    by_path = sorted(path for path, _ in scored) == sorted(set(models))
+    if not by_path:
+        log.warning("vaecf tune: warning: the evaluations name other model paths than "
+                    "--collect-models; pairing the two lists in order")
+    ordered = [dict(scored)[m] for m in models] if by_path else [m for _, m in scored]
+    return [record(index, model, read_manifest(stack.enter_context(open_input(model)), "train"),
+                   metrics) for index, (model, metrics) in enumerate(zip(models, ordered,
+                                                                        strict=True))]
 
 
 def run(args: argparse.Namespace) -> None:
