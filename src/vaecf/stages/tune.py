@@ -22,10 +22,10 @@ from typing import Any
 from vaecf import log
 from vaecf.baselines import BASELINES, DEFAULT_LAMBDA
 from vaecf.errors import VaecfError
-from vaecf.io import manifest_name, open_input, publish, read_manifest, scratch, write_manifest
+from vaecf.io import manifest_name, publish, scratch, write_manifest
 from vaecf.stages import new_parser, run_stage, seed
 from vaecf.tuning.space import DEFAULT_SPACE, load_space, trials
-from vaecf.tuning.trials import OBJECTIVE, mark_best, record, write_trials
+from vaecf.tuning.trials import OBJECTIVE, collect, mark_best, write_trials
 
 STAGE = "tune"
 
@@ -85,36 +85,6 @@ def _space(text: str) -> dict[str, list[Any]]:
     return load_space(text, "--space")
 
 
-def _collected(args: argparse.Namespace, stack: ExitStack) -> list[dict[str, Any]]:
-    """Records of trials trained elsewhere (the KFP sweep), each model with its evaluation.
-
-    An evaluation's manifest names the model it scored; where those names are the given
-    models (KFP mounts an artifact at the same path in every step), they pair the two lists
-    whatever their order, else the lists pair in order.
-    """
-    models, evaluations = args.collect_models or [], args.collect_evaluations or []
-    if len(models) != len(evaluations):
-        raise VaecfError(f"--collect-models ({len(models)}) and --collect-evaluations "
-                         f"({len(evaluations)}) must pair up one to one")
-    scored: list[tuple[str, dict[str, Any]]] = []
-    for evaluation in evaluations:
-        directory = stack.enter_context(open_input(evaluation))
-        manifest = read_manifest(directory, "evaluate", required=["metrics.json"])
-        metrics = json.loads((directory / "metrics.json").read_text())
-        if metrics.get("subset") != "val":
-            raise VaecfError(f"{evaluation}: evaluated on '{metrics.get('subset')}' users; "
-                             "trials are compared on validation users only")
-        scored.append((str(manifest["inputs"].get("model")), metrics))
-    by_path = sorted(path for path, _ in scored) == sorted(set(models))
-    if not by_path:
-        log.warning("vaecf tune: warning: the evaluations name other model paths than "
-                    "--collect-models; pairing the two lists in order")
-    ordered = [dict(scored)[m] for m in models] if by_path else [m for _, m in scored]
-    return [record(index, model, read_manifest(stack.enter_context(open_input(model)), "train"),
-                   metrics) for index, (model, metrics) in enumerate(zip(models, ordered,
-                                                                        strict=True))]
-
-
 def run(args: argparse.Namespace) -> None:
     started = time.monotonic()
     if args.executor_input:
@@ -133,7 +103,7 @@ def run(args: argparse.Namespace) -> None:
     with ExitStack() as stack:
         staging = stack.enter_context(publish(args.output, manifest_name(STAGE), inputs))
         if collecting:
-            records = _collected(args, stack)
+            records = collect(args.collect_models or [], args.collect_evaluations or [], stack)
         else:
             from vaecf.tuning.local import run_trials
 

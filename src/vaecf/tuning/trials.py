@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from vaecf import log
 from vaecf.errors import VaecfError
-from vaecf.io import open_input_file
+from vaecf.io import open_input, open_input_file, read_manifest
 from vaecf.tuning.space import SEARCHABLE
 
 OBJECTIVE = "ndcg_at_100"
@@ -45,6 +47,36 @@ def record(index: int, model: str, train_manifest: Mapping[str, Any],
         values[key] = float(value)
     return {"trial": index, "params": {k: parameters.get(k) for k in SEARCHABLE},
             "val": values, "best_epoch": train_manifest.get("best_epoch"), "model": model}
+
+
+def collect(models: list[str], evaluations: list[str], stack: ExitStack
+            ) -> list[dict[str, Any]]:
+    """Records of trials trained elsewhere (the KFP sweep), each model with its evaluation.
+
+    An evaluation's manifest names the model it scored; where those names are the given
+    models (KFP mounts an artifact at the same path in every step), they pair the two lists
+    whatever their order, else the lists pair in order.
+    """
+    if len(models) != len(evaluations):
+        raise VaecfError(f"--collect-models ({len(models)}) and --collect-evaluations "
+                         f"({len(evaluations)}) must pair up one to one")
+    scored: list[tuple[str, dict[str, Any]]] = []
+    for evaluation in evaluations:
+        directory = stack.enter_context(open_input(evaluation))
+        manifest = read_manifest(directory, "evaluate", required=["metrics.json"])
+        metrics = json.loads((directory / "metrics.json").read_text())
+        if metrics.get("subset") != "val":
+            raise VaecfError(f"{evaluation}: evaluated on '{metrics.get('subset')}' users; "
+                             "trials are compared on validation users only")
+        scored.append((str(manifest["inputs"].get("model")), metrics))
+    by_path = sorted(path for path, _ in scored) == sorted(set(models))
+    if not by_path:
+        log.warning("vaecf tune: warning: the evaluations name other model paths than "
+                    "--collect-models; pairing the two lists in order")
+    ordered = [dict(scored)[m] for m in models] if by_path else [m for _, m in scored]
+    return [record(index, model, read_manifest(stack.enter_context(open_input(model)), "train"),
+                   metrics) for index, (model, metrics) in enumerate(zip(models, ordered,
+                                                                        strict=True))]
 
 
 def mark_best(records: list[dict[str, Any]]) -> dict[str, Any]:
