@@ -24,6 +24,7 @@ from vaecf.baselines import BASELINES, DEFAULT_LAMBDA
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, publish, scratch, write_manifest
 from vaecf.stages import new_parser, run_stage, seed
+from vaecf.train.config import PRECISIONS
 from vaecf.tuning.space import DEFAULT_SPACE, load_space, trials
 from vaecf.tuning.trials import OBJECTIVE, collect, mark_best, write_trials
 
@@ -47,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--epochs", type=int, default=20, help="epochs of every trial unless searched")
     add("--batch-size", type=int, default=None, help="global batch of every trial [default: "
         "train's]")
-    add("--precision", default="fp32", help="precision of every trial (see vaecf train)")
+    add("--precision", choices=PRECISIONS, default="fp32",
+        help="precision of every trial (see vaecf train)")
     add("--baselines", nargs="*", default=["popularity", "ease"], metavar="NAME",
         help="evaluated beside the best trial on the test users")
     add("--collect-models", nargs="+", metavar="DIR", help="KFP fan-in: the trials' models")
@@ -118,7 +120,9 @@ def run(args: argparse.Namespace) -> None:
         model = str(staging / best["model"]) if not collecting else best["model"]
         test = _evaluate_test(args, model, staging / "test")
         write_trials(staging / "trials.jsonl", records)
-        write_manifest(staging, STAGE, inputs={"split": args.split, "models": inputs[1:]},
+        write_manifest(staging, STAGE, inputs={"split": args.split,
+                                               "models": args.collect_models or [],
+                                               "evaluations": args.collect_evaluations or []},
                        parameters={"space": None if collecting else _space(args.space),
                                    "trials": len(records), "seed": args.seed,
                                    "baselines": list(args.baselines)},
