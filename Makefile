@@ -57,6 +57,7 @@ clean:
 IMAGES := data train launcher
 DIGESTS ?= build/digests.json
 PIPELINE_YAML ?= build/vaecf_pipeline.yaml
+SWEEP_YAML ?= build/vaecf_sweep.yaml
 
 images:
 	@for name in $(IMAGES); do \
@@ -90,3 +91,6 @@ push: images
 pipeline: install
 	$(PY) -m pipelines.vaecf_pipeline --output $(PIPELINE_YAML) --registry $(REGISTRY) \
 	  --tag $(TAG) $(if $(wildcard $(DIGESTS)),--digests $(DIGESTS))
+	$(PY) -m pipelines.vaecf_sweep --output $(SWEEP_YAML) --registry $(REGISTRY) \
+	  --tag $(TAG) $(if $(wildcard $(DIGESTS)),--digests $(DIGESTS)) \
+	  $(if $(TRIALS),--trials $(TRIALS))

@@ -15,7 +15,7 @@ def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image:
           s3_bucket: str, s3_prefix: str, workers: str = "2", gpus_per_worker: str = "1",
           epochs: str = "100", batch_size: str = "500", precision: str = "fp32",
           seed: str = "98765", s3_secret: str = "vaecf-s3",
-          timeout_seconds: int = 172800) -> dsl.ContainerSpec:
+          timeout_seconds: int = 172800, hyperparameters: str = "{}") -> dsl.ContainerSpec:
     """Train Mult-VAE on ``workers`` x ``gpus_per_worker`` GPUs and publish the model.
 
     Args:
@@ -31,6 +31,8 @@ def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image:
       workers, gpus_per_worker, epochs, batch_size, seed: decimal integers as text, so that
         `kfp run submit key=value` can set them; `vaecf launch-mpijob` parses and checks them.
       timeout_seconds: the job is deleted and the step fails after this long.
+      hyperparameters: a tuning trial's settings as JSON (``{"beta_cap": 0.3, ...}``; keys
+        of ``vaecf.tuning.space.SEARCHABLE``); ``epochs`` there replaces ``epochs``.
     """
     return dsl.ContainerSpec(
         image=DEFAULT.launcher,
@@ -40,5 +42,6 @@ def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image:
               "--run-id", run_id, "--image", train_image,
               "--workers", workers, "--gpus-per-worker", gpus_per_worker,
               "--epochs", epochs, "--batch-size", batch_size, "--precision", precision,
-              "--seed", seed, "--secret-name", s3_secret, "--timeout", timeout_seconds],
+              "--seed", seed, "--secret-name", s3_secret, "--timeout", timeout_seconds,
+              "--hyperparameters", hyperparameters],
     )

@@ -23,6 +23,7 @@ STAGES = {
     "report": "Write the benchmark report (Markdown, HTML, JSON).",
     "benchmark": "Measure training speed over a matrix of configurations.",
     "launch-mpijob": "Run training as a Kubeflow MPIJob and wait for it.",
+    "tune": "Search training hyperparameters; evaluate the best (by validation) on test.",
     "demo": "Run every stage on this machine on synthetic data.",
 }
 
@@ -35,6 +36,7 @@ NEEDS = {
     "benchmark": ("tensorflow", "vaecf-train"),
     "report": ("matplotlib", "vaecf-launcher"),
     "launch-mpijob": ("kubernetes", "vaecf-launcher"),
+    "tune": ("tensorflow", "vaecf-train"),
     "demo": ("tensorflow", "a development install (make install)"),
 }
 

@@ -8,6 +8,9 @@ plus a line every ``interval`` seconds only if the work takes longer than that.
 from __future__ import annotations
 
 import contextlib
+import io
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -103,3 +106,46 @@ def progress(items: Iterable[T], description: str, total: int | None = None) -> 
         yield item
         bar.update(1)
     bar.close()
+
+
+# Seconds between heartbeat lines (``heartbeat``); tests shorten it.
+HEARTBEAT_SECONDS = 5.0
+# The heartbeat's helper: a line every few seconds until its parent is gone or kills it.
+_BEAT = ("import os, sys, time\n"
+         "parent, every, text = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]\n"
+         "start = time.monotonic()\n"
+         "while True:\n"
+         "    time.sleep(every)\n"
+         "    if os.getppid() != parent:\n"
+         "        break\n"
+         "    print(f'{text}: running ({time.monotonic() - start:.0f}s)', flush=True)\n")
+
+
+@contextlib.contextmanager
+def heartbeat(description: str) -> Iterator[None]:
+    """Show that one long call that reports nothing itself is alive, then log its end.
+
+    For a LAPACK factorisation: scipy's wrappers hold the GIL for the whole call (measured: a
+    thread ticking every 50 ms ran twice during a 3 s ``dpotrf``), so a thread cannot print.
+    A small helper process prints ``<description>: running (Ns)`` every ``HEARTBEAT_SECONDS``
+    on this process' stdout instead; it is stopped at the end and exits on its own if this
+    process dies.
+    """
+    started = time.monotonic()
+    helper = None
+    if not _quiet:
+        sys.stdout.flush()
+        try:
+            stdout: int | None = sys.stdout.fileno()
+        except (AttributeError, OSError, io.UnsupportedOperation):
+            stdout = None  # an in-process capture: the helper writes to file descriptor 1
+        helper = subprocess.Popen(
+            [sys.executable, "-S", "-c", _BEAT, str(os.getpid()), str(HEARTBEAT_SECONDS),
+             description], stdin=subprocess.DEVNULL, stdout=stdout, close_fds=True)
+    try:
+        yield
+    finally:
+        if helper is not None:
+            helper.kill()
+            helper.wait()
+        info(f"{description}: done ({time.monotonic() - started:.1f}s)")

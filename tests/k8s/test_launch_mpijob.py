@@ -187,3 +187,44 @@ def test_job_name_is_a_stable_dns1035_label() -> None:
     long = render.job_name("x" * 100)
     assert len(long) == 63 and long == render.job_name("x" * 100)
     assert long != render.job_name("x" * 101)
+
+
+def launcher_command(job: dict[str, Any]) -> list[str]:
+    args = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0][
+        "args"]
+    return [str(a) for a in args[args.index("vaecf"):]]
+
+
+def test_trial_hyperparameters_and_tensorboard_reach_vaecf_train(env, cli, monkeypatch) -> None:
+    """A sweep trial: its hyperparameters become train flags (epochs replaces --epochs), and
+    rank 0 writes TensorBoard events under the job's prefix."""
+    scenario = Scenario(states=["Running", "Succeeded"],
+                        on_create=lambda job: publish_model(train_output(job)))
+    trial = '{"beta_cap": 0.4, "anneal_steps": null, "learning_rate": 0.003, "epochs": 7}'
+    with serve(env, monkeypatch, scenario) as server:
+        code, _, err = cli(*argv(env, "--hyperparameters", trial))
+    assert code == 0, err
+    (post,) = server.cluster.seen("POST", "/namespaces/team-a/mpijobs")
+    command = launcher_command(post.body)
+    assert command[command.index("--epochs") + 1] == "7" and command.count("--epochs") == 1
+    assert command[command.index("--beta-cap") + 1] == "0.4"
+    assert command[command.index("--learning-rate") + 1] == "0.003"
+    assert "--anneal-steps" not in command  # null: train's default schedule
+    assert command[command.index("--tensorboard-dir") + 1] == (
+        f"s3://{env['bucket']}/runs/{JOB}/tensorboard")
+    from vaecf.stages.train import build_parser
+
+    build_parser().parse_args(command[2:])  # every flag is one vaecf train accepts
+
+
+@pytest.mark.parametrize(("trial", "message"), [
+    ('{"beta_cap": -1}', "--hyperparameters: beta_cap -1: expected a number >= 0"),
+    ('{"momentum": 0.9}', "--hyperparameters: unknown hyperparameter 'momentum'"),
+    ('{"hidden": 1.5}', "--hyperparameters: hidden 1.5: expected an integer >= 1"),
+    ("[1]", "--hyperparameters: expected a JSON object of hyperparameters")])
+def test_bad_trial_hyperparameters_fail_before_any_job(env, cli, monkeypatch, trial: str,  # type: ignore[no-untyped-def]
+                                                       message: str) -> None:
+    with serve(env, monkeypatch, Scenario()) as server:
+        code, _, err = cli(*argv(env, "--hyperparameters", trial))
+    assert code == 1 and message in err
+    assert server.cluster.seen("POST") == []

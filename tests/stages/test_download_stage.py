@@ -132,7 +132,8 @@ def test_release_other_than_the_archive_fails_at_download(cli, tmp_path: Path) -
     result = cli("download", "--dataset", "ml-20m", "--source", source,
                  "--output", tmp_path / "raw")
     assert_failed(result, tmp_path / "raw", f"{source}: holds ml-1m.zip:ml-1m/ratings.dat, but "
-                  "ml-20m is published as ratings.csv: use --dataset ml-1m")
+                  "ml-20m expects ratings.csv (ml-20m.zip holds ml-20m/ratings.csv): use "
+                  "--dataset ml-1m")
 
 
 def test_layout_and_release_are_recorded(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -146,8 +147,25 @@ def test_layout_and_release_are_recorded(cli, tmp_path: Path) -> None:  # type: 
     assert (manifest["dataset"], manifest["layout"], manifest["release"]) == (
         "ml-10m", "ratings.dat", "ml-10m")
     assert manifest["data_files"] == ["ml-10m-sample.zip:ml-10M100K/ratings.dat"]
-    assert "ml-10m: ml-10m-sample.zip:ml-10M100K/ratings.dat (ratings.dat, GroupLens ml-10m)" \
-        in out
+    # The folder is named like the release, but no published checksum proved it.
+    assert manifest["verified_release"] is None
+    assert "ml-10m: ml-10m-sample.zip:ml-10M100K/ratings.dat (ratings.dat)\n" in out
+
+
+def test_a_release_is_verified_only_by_its_published_checksum(cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                              monkeypatch) -> None:
+    """ml-1m.zip whose MD5 is the registry's (patched: the real zip is not in the tests)."""
+    from vaecf.data import datasets
+
+    source = _write_zip(tmp_path / "ml-1m.zip", {"ml-1m/ratings.dat": b"1::2::4::5\n"})
+    published = datasets._grouplens("ml-1m", "ratings.dat",
+                                    hashlib.md5(source.read_bytes()).hexdigest())
+    monkeypatch.setitem(datasets.DATASETS, "ml-1m", published)
+    code, out, err = cli("download", "--dataset", "ml-1m", "--source", source,
+                         "--output", tmp_path / "raw")
+    assert code == 0, err
+    assert read_manifest(tmp_path / "raw", "download")["verified_release"] == "ml-1m"
+    assert "(ratings.dat, GroupLens ml-1m: published MD5 matched)" in out
 
 
 def test_folder_holding_a_dataset_folder(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

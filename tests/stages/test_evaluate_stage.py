@@ -36,6 +36,12 @@ def test_ease_beats_popularity(synthetic_split, cli, tmp_path: Path) -> None:  #
         assert ease[key]["mean"] > popularity[key]["mean"] + 0.05, key
         assert ease["baselines"]["popularity"][key] == popularity[key]
         assert ease["baselines"]["ease"][key] == ease[key]
+        # Paired on the same users: the mean difference is the difference of the means.
+        versus = ease["baselines"]["popularity"]["paired"][key]
+        assert versus["delta"] == pytest.approx(ease[key]["mean"] - popularity[key]["mean"])
+        assert versus["users"] == ease["users_evaluated"] and versus["z"] > 2.0
+        assert versus["test"] == "paired z-test on per-user differences"
+        assert ease["baselines"]["ease"]["paired"][key]["delta"] == 0.0
     manifest = json.loads((split / "dataset_manifest.json").read_text())
     assert ease["users_evaluated"] + ease["users_skipped"] == manifest["n_users"]["test"]
     assert ease["users_evaluated"] > 0

@@ -30,12 +30,14 @@ def _pairs(seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["user_id", "item_id"])
 
 
-def interactions(directory: Path, frame: pd.DataFrame, dataset: str = "synthetic") -> Path:
+def interactions(directory: Path, frame: pd.DataFrame, dataset: str = "synthetic",
+                 protocol: str | None = None) -> Path:
     """A preprocess output directory holding ``frame`` (as ``vaecf preprocess`` writes it)."""
     directory.mkdir(parents=True)
     save_parquet(directory / "interactions.parquet", pa.Table.from_pandas(
         frame, preserve_index=False))
-    write_manifest(directory, "preprocess", inputs={}, parameters={}, counts={}, started=0.0,
+    write_manifest(directory, "preprocess", inputs={}, counts={}, started=0.0,
+                   parameters={"protocol": protocol} if protocol else {},
                    extra={"dataset": dataset})
     return directory
 
@@ -111,6 +113,26 @@ def test_paper_protocol_held_out_counts(cli, tmp_path: Path) -> None:  # type: i
     assert manifest["parameters"]["heldout_users"] == 40
     assert manifest["parameters"]["protocol"] == "paper"
     assert manifest["n_users"]["train"] == N_USERS - 80
+
+
+def test_split_inherits_the_preprocess_protocol_and_records_an_override(cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                       capsys) -> None:
+    """preprocess --protocol paper then a plain split: a paper split, not a silent mission."""
+    paper = interactions(tmp_path / "in", _pairs(), dataset="ml-20m", protocol="paper")
+    inherited = read_manifest(_split(cli, paper, tmp_path / "a", "--heldout-users", 40),
+                              "dataset")["parameters"]
+    assert (inherited["protocol"], inherited["protocol_source"]) == ("paper", "preprocess")
+    code, _, err = cli("split", "--input", paper, "--output", tmp_path / "b",
+                       "--protocol", "mission")
+    assert code == 0, err
+    assert "--protocol mission overrides the protocol 'paper' that preprocess recorded" in err
+    overridden = read_manifest(tmp_path / "b", "dataset")["parameters"]
+    assert (overridden["protocol"], overridden["protocol_source"],
+            overridden["preprocess_protocol"]) == ("mission", "--protocol", "paper")
+    assert overridden["heldout_users"] is None  # the fractions, as mission says
+    plain = interactions(tmp_path / "plain", _pairs())
+    default = read_manifest(_split(cli, plain, tmp_path / "c"), "dataset")["parameters"]
+    assert (default["protocol"], default["protocol_source"]) == ("mission", "default")
 
 
 def test_input_manifest_missing_or_not_matching(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

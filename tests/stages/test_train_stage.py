@@ -206,6 +206,24 @@ def test_batch_larger_than_the_training_users_is_refused(synthetic_split, tmp_pa
     assert not (tmp_path / "model").exists() and not (tmp_path / "model-checkpoints").exists()
 
 
+def test_the_default_batch_fits_a_small_split_and_says_so(synthetic_split, tmp_path: Path,
+                                                          cli) -> None:  # type: ignore[no-untyped-def]
+    split = synthetic_split(n_users=300, n_items=100, seed=0)
+    users = load_split(split).train.shape[0]
+    assert users < 500
+    small = ["--hidden", "16", "--latent", "8", "--epochs", "1"]
+    code, out, err = cli("train", "--split", split, "--output", tmp_path / "model", *small)
+    assert code == 0, err
+    assert (f"batch {users}: the default --batch-size 500 is larger than the {users:,} "
+            f"training users of {split}") in out
+    manifest = json.loads((tmp_path / "model" / "train_manifest.json").read_text())
+    assert manifest["parameters"]["batch_size"] == users
+    assert manifest["parameters"]["batch_size_default"] is True
+    code, _, err = cli("train", "--split", split, "--output", tmp_path / "chosen", *small,
+                       "--batch-size", "500")  # chosen by the user: still an error
+    assert code == 1 and f"--batch-size 500: larger than the {users:,} training users" in err
+
+
 def resplit(split: Path, output: Path, seed: int) -> Path:
     """The same interactions as ``split``, split again with another seed."""
     import pandas as pd

@@ -67,3 +67,13 @@ def test_popularity_scores_are_train_counts_and_skip_fold_in() -> None:
     result = evaluate(popularity, fold_in, holdout, engine="numpy", top_k=3)
     assert result.top_k is not None
     assert result.top_k.item_idx.tolist() == [[0, 2, -1], [1, 0, 2]]
+
+
+def test_ease_shows_progress_through_every_long_step(capfd: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    """Gram matrix, factorisation, inverse and weights each log (no minutes of silence)."""
+    ease_weights(TRAIN, 1.0)
+    out = capfd.readouterr().out
+    for step in ("EASE Gram matrix: 2/2 items", "EASE: Cholesky factorisation: done (",
+                 "EASE: inverse from the factor: done (", "EASE weights: 2/2 items"):
+        assert step in out, out

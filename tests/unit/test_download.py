@@ -187,11 +187,16 @@ def test_inspect_download_names_layout_and_release(tmp_path: Path, dataset: str,
 
 
 @pytest.mark.parametrize(("dataset", "members", "expected"), [
-    ("ml-20m", ["ml-1m/ratings.dat"], "SRC: holds a.zip:ml-1m/ratings.dat, but ml-20m is "
-     "published as ratings.csv: use --dataset ml-1m (or movielens, for any MovieLens "
+    ("ml-20m", ["ml-1m/ratings.dat"], "SRC: holds a.zip:ml-1m/ratings.dat, but ml-20m expects "
+     "ratings.csv (ml-20m.zip holds ml-20m/ratings.csv): use --dataset ml-1m (or movielens, "
+     "for any MovieLens ratings file)"),
+    ("ml-1m", ["x/u.data"], "SRC: holds a.zip:x/u.data, but ml-1m expects ratings.dat "
+     "(ml-1m.zip holds ml-1m/ratings.dat): use --dataset movielens (for any MovieLens "
      "ratings file)"),
-    ("ml-1m", ["x/u.data"], "SRC: holds a.zip:x/u.data, but ml-1m is published as "
-     "ratings.dat: use --dataset movielens (for any MovieLens ratings file)"),
+    # A ratings.csv in a folder named ml-100k: never "use --dataset ml-100k" to its user.
+    ("ml-100k", ["ml-100k/ratings.csv"], "SRC: holds a.zip:ml-100k/ratings.csv, but ml-100k "
+     "expects u.data (ml-100k.zip holds ml-100k/u.data): use --dataset movielens (for any "
+     "MovieLens ratings file)"),
     ("ml-20m", ["ml-latest-small/ratings.csv"], "SRC: holds a.zip:ml-latest-small/ratings.csv, "
      "GroupLens' ml-latest-small, not ml-20m: use --dataset ml-latest-small"),
     ("ml-20m", ["ml-20m/movies.csv"], "SRC: no ratings.csv, ratings.dat or u.data among a.zip"),

@@ -39,3 +39,26 @@ def test_inside_summarised_the_caller_logs_the_one_line(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "epoch 1: loss 1.0" and len(lines) == 2  # outside: a closing line again
     assert lines[1].startswith("after: 1/1")
+
+
+def test_a_heartbeat_shows_a_call_that_holds_the_gil_is_alive(
+        capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A LAPACK call holds the GIL, so a thread could not print; the helper process can."""
+    import sys
+    import time
+
+    monkeypatch.setattr(log, "HEARTBEAT_SECONDS", 0.2)
+    switch = sys.getswitchinterval()
+    with log.heartbeat("inverting"):
+        time.sleep(0.3)  # the helper starts
+        sys.setswitchinterval(100.0)  # this thread now keeps the GIL, as LAPACK does
+        try:
+            end = time.monotonic() + 1.5
+            while time.monotonic() < end:
+                pass
+        finally:
+            sys.setswitchinterval(switch)
+    lines = capfd.readouterr().out.splitlines()
+    beats = [line for line in lines if line.startswith("inverting: running (")]
+    assert len(beats) >= 3, lines
+    assert lines[-1].startswith("inverting: done (") and len(lines) == len(beats) + 1

@@ -206,3 +206,14 @@ def test_users_per_second_leaves_out_the_first_chunk() -> None:
 
     assert timed(1000, 100).users_per_second == 900.0  # 900 users in the last 1 s
     assert timed(100, 100).users_per_second == pytest.approx(100 / 3.0)  # one chunk: all of it
+
+
+def test_paired_difference_by_hand() -> None:
+    from vaecf.metrics.reference import paired_difference
+
+    # d = [0.1, 0.3]: mean 0.2, population std 0.1, stderr 0.1 / sqrt(2), z = 2 * sqrt(2)
+    found = paired_difference(np.array([0.5, 0.6]), np.array([0.4, 0.3]))
+    assert found["delta"] == pytest.approx(0.2) and found["users"] == 2
+    assert found["stderr"] == pytest.approx(0.1 / np.sqrt(2))
+    assert found["z"] == pytest.approx(2 * np.sqrt(2))
+    assert paired_difference(np.ones(3), np.ones(3))["z"] is None

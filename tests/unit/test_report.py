@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from vaecf.errors import VaecfError
-from vaecf.report import accuracy, benchstats, speed
+from vaecf.report import accuracy, benchstats, data_identity, speed
 from vaecf.report.document import Section, Table, fmt, fmt_count, to_html, to_markdown
 from vaecf.report.inputs import read_benchmark, read_metrics, read_train_log
 
@@ -87,28 +87,53 @@ PAPER_PREPROCESS = {"protocol": "paper", "min_rating": 4.0, "min_user_items": 5,
 
 def _paper_run(dataset: str, heldout_users: int) -> dict[str, dict]:
     """Manifests as the data stages write them for ``dataset`` under ``--protocol paper``."""
-    return {"download": {"dataset": dataset},
+    verified = dataset if dataset.startswith("ml-") else None
+    return {"download": {"dataset": dataset, "verified_release": verified},
             "preprocess": {"dataset": dataset, "parameters": PAPER_PREPROCESS},
             "dataset": {"dataset": dataset, "parameters": {
                 "protocol": "paper", "heldout_users": heldout_users, "holdout_fraction": 0.2}}}
 
 
+def _paired(delta: float, stderr: float, users: int = 4000) -> dict:
+    test = {"test": "paired z-test on per-user differences", "users": users,
+            "delta": delta, "stderr": stderr, "z": delta / stderr}
+    return {"recall_at_20": test, "recall_at_50": test, "ndcg_at_100": test}
+
+
 def test_accuracy_verdict_against_paper_and_baselines() -> None:
-    metrics = _metrics(0.41, 0.002) | {"baselines": {"ease": _metrics(0.413, 0.002),
-                                                     "popularity": _metrics(0.2, 0.002),
-                                                     "worse": _metrics(0.5, 0.002)}}
+    metrics = _metrics(0.41, 0.002) | {"baselines": {
+        "ease": _metrics(0.413, 0.002) | {"paired": _paired(-0.003, 0.002)},
+        "popularity": _metrics(0.2, 0.002) | {"paired": _paired(0.21, 0.003)},
+        "worse": _metrics(0.5, 0.002) | {"paired": _paired(-0.09, 0.002)}}}
     acc = accuracy.analyse(metrics, _paper_run("ml-20m", 10_000))
     assert acc["comparable_to_paper"] and acc["dataset_name"] == "ML-20M"
     lines = accuracy.verdict(acc)
     # 0.41 / 0.426 = 96.2%: close; 0.41 + 2 * 0.002 < 0.426
     assert lines[0].startswith("Accuracy is close to the paper") and "96.2%" in lines[0]
     assert "The data is ML-20M under the paper's protocol" in lines[0]
-    # |0.41 - 0.413| = 0.003 < 2 * sqrt(2) * 0.002 = 0.0057: noise
+    # paired: z = -0.003 / 0.002 = -1.5, |z| <= 2: noise
     assert "The model is within noise of the ease baseline" in lines[1]
+    assert "paired z-test on per-user differences over 4,000 users: z = -1.50" in lines[1]
     assert "The model beats the popularity baseline" in lines[2] and "+0.2100" in lines[2]
     assert "The model is worse than the worse baseline" in lines[3]
     table = accuracy.section(acc).blocks[2]
     assert table.columns[3:5] == ["paper (ML-20M)", "% of paper"]
+
+
+def test_a_paired_difference_is_significant_where_unpaired_errors_say_noise() -> None:
+    # -0.036 with unpaired stderrs 0.02 each: |d| < 2 * sqrt(2) * 0.02 = 0.057 looked like
+    # noise; paired on the same users the stderr is 0.006: z = -6, significantly worse.
+    metrics = _metrics(0.30, 0.02) | {"baselines": {
+        "ease": _metrics(0.336, 0.02) | {"paired": _paired(-0.036, 0.006)}}}
+    line = accuracy.verdict(accuracy.analyse(metrics, {}))[1]
+    assert line.startswith("The model is worse than the ease baseline on NDCG@100")
+    assert "z = -6.00" in line
+
+
+def test_without_a_paired_comparison_a_baseline_difference_is_not_judged() -> None:
+    metrics = _metrics(0.30, 0.02) | {"baselines": {"ease": _metrics(0.336, 0.02)}}
+    line = accuracy.verdict(accuracy.analyse(metrics, {}))[1]
+    assert "not judged" in line and "within noise" not in line and "worse" not in line
 
 
 def test_netflix_under_the_paper_protocol_is_compared_with_netflix_numbers() -> None:
@@ -119,8 +144,9 @@ def test_netflix_under_the_paper_protocol_is_compared_with_netflix_numbers() -> 
 
 
 def test_accuracy_on_other_data_names_it_and_shows_no_paper_numbers() -> None:
-    acc = accuracy.analyse(_metrics(0.43, 0.001), {"download": {"dataset": "ml-1m"},
-                                                  "preprocess": {"dataset": "ml-1m"}})
+    acc = accuracy.analyse(_metrics(0.43, 0.001), {
+        "download": {"dataset": "ml-1m", "verified_release": "ml-1m"},
+        "preprocess": {"dataset": "ml-1m"}})
     assert not acc["comparable_to_paper"] and acc["dataset_name"] == "ML-1M"
     first = accuracy.verdict(acc)[0]  # 0.43 would "beat" 0.426 if the data were ML-20M
     assert first.startswith("Accuracy: NDCG@100 0.4300 ± 0.0010. The data is ML-1M;")
@@ -129,13 +155,26 @@ def test_accuracy_on_other_data_names_it_and_shows_no_paper_numbers() -> None:
     assert "% of paper" not in accuracy.section(acc).blocks[2].columns
 
 
-@pytest.mark.parametrize(("dataset", "release", "name"), [
-    ("ml-100k", None, "ML-100K"), ("ml-latest-small", None, "ML-latest-small"),
-    ("movielens", "ml-10m", "MovieLens (the ML-10M release)"),
-    ("movielens", None, "a MovieLens ratings file"), ("ml-64m", None, "ML-64M"),
-    ("some-new-data", None, "some-new-data")])
-def test_display_names(dataset: str, release: str | None, name: str) -> None:
-    assert accuracy.display_name(dataset, release) == name
+def test_an_unverified_release_is_described_not_named() -> None:
+    """--dataset ml-20m on a 718-user ratings file: no published checksum matched."""
+    manifests = _paper_run("ml-20m", 10_000)
+    manifests["download"]["verified_release"] = None
+    manifests["preprocess"] |= {"layout": "ratings.csv",
+                                "counts": {"raw": {"rows": 81_000, "users": 718, "items": 9_000}}}
+    acc = accuracy.analyse(_metrics(0.43, 0.001), manifests)
+    assert not acc["comparable_to_paper"] and acc["release"] is None
+    assert acc["dataset_name"] == (
+        "a MovieLens-layout ratings file (ratings.csv; 81,000 ratings of 718 users x 9,000 "
+        "items; not a checksum-verified GroupLens release, though --dataset was ml-20m)")
+    first = accuracy.verdict(acc)[0]
+    assert "The data is ML-20M" not in first and "The data is a MovieLens-layout" in first
+
+
+@pytest.mark.parametrize(("dataset", "name"), [
+    ("ml-100k", "ML-100K"), ("ml-latest-small", "ML-latest-small"), ("ml-64m", "ML-64M"),
+    ("netflix", "Netflix Prize"), ("some-new-data", "some-new-data")])
+def test_display_names(dataset: str, name: str) -> None:
+    assert data_identity.display_name(dataset) == name
 
 
 @pytest.mark.parametrize(("stage", "change", "reason"), [

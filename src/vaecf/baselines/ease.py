@@ -24,7 +24,7 @@ import scipy.linalg
 import scipy.sparse as sp
 
 from vaecf.errors import VaecfError
-from vaecf.log import Progress, info
+from vaecf.log import Progress, heartbeat, info
 
 DEFAULT_LAMBDA = 500.0
 _GRAM_BLOCK = 2048
@@ -59,9 +59,11 @@ def ease_weights(train: sp.csr_matrix, l2: float = DEFAULT_LAMBDA) -> np.ndarray
          f"(lambda {l2:g}; Cholesky, in place)")
     # The matrix is symmetric, so its transpose is the same matrix in Fortran order: LAPACK
     # then works in place instead of copying 3.2 GB.
-    factor, status = scipy.linalg.lapack.dpotrf(matrix.T, lower=1, clean=0, overwrite_a=1)
+    with heartbeat("EASE: Cholesky factorisation"):
+        factor, status = scipy.linalg.lapack.dpotrf(matrix.T, lower=1, clean=0, overwrite_a=1)
     if status == 0:
-        factor, status = scipy.linalg.lapack.dpotri(factor, lower=1, overwrite_c=1)
+        with heartbeat("EASE: inverse from the factor"):
+            factor, status = scipy.linalg.lapack.dpotri(factor, lower=1, overwrite_c=1)
     if status != 0:
         raise VaecfError(f"EASE: X^T X + lambda I is not invertible (LAPACK status {status}); "
                          "try a larger --ease-lambda")
@@ -76,12 +78,15 @@ def _weights_from_lower_inverse(inverse: np.ndarray, block: int = _GRAM_BLOCK) -
     n = inverse.shape[0]
     diagonal = inverse.diagonal().copy()
     weights = np.empty((n, n), dtype=np.float32)
+    progress = Progress("EASE weights", total=n, unit="items")
     for start in range(0, n, block):
         stop = min(start + block, n)
         # Row r of P: P[r, c] = lower[r, c] for c <= r, lower[c, r] for c > r.
         rows = (np.tril(inverse[start:stop, :], k=start)
                 + np.triu(inverse[:, start:stop].T, k=start + 1))
         weights[start:stop] = rows / -diagonal
+        progress.update(stop - start)
+    progress.close()
     np.fill_diagonal(weights, 0.0)
     return weights
 

@@ -82,6 +82,17 @@ def download_dataset(dataset: Dataset, source: str | None, directory: Path,
             for uri, name, dest in dests]
 
 
+def verified_release(dataset: Dataset, records: list[dict[str, Any]]) -> str | None:
+    """The GroupLens release these downloads are, if their published MD5 proved it; else None.
+
+    A name or a zip folder proves nothing (any file can be called ``ml-20m.zip`` or sit in
+    ``ml-1m/``): only the checksum does, so reports name a release from this alone.
+    """
+    proved = bool(records) and all(r["expected_md5"] and r["md5"] == r["expected_md5"]
+                                   for r in records)
+    return dataset.name if dataset.folder and proved else None
+
+
 def inspect_download(dataset: Dataset, directory: Path, names: list[str],
                      where: str) -> dict[str, Any]:
     """Check that the downloaded ``names`` hold what ``dataset`` is; describe what they hold.
@@ -100,9 +111,13 @@ def inspect_download(dataset: Dataset, directory: Path, names: list[str],
     check_data_files(dataset.reader, labels, names, where)
     layout, release = layout_of(dataset.reader, labels), release_of(labels)
     if dataset.layout and layout != dataset.layout:
-        use = f"{release} (or movielens, for" if release else "movielens (for"
-        raise VaecfError(f"{where}: holds {labels[0]}, but {dataset.name} is published as "
-                         f"{dataset.layout}: use --dataset {use} any MovieLens ratings file)")
+        # A folder named like the release the user asked for is no reason to suggest it again.
+        other = release if release not in (None, dataset.name) else None
+        use = f"{other} (or movielens, for" if other else "movielens (for"
+        raise VaecfError(f"{where}: holds {labels[0]}, but {dataset.name} expects "
+                         f"{dataset.layout} ({dataset.name}.zip holds "
+                         f"{dataset.folder}/{dataset.layout}): use --dataset {use} any "
+                         "MovieLens ratings file)")
     if dataset.folder and release not in (None, dataset.name):
         raise VaecfError(f"{where}: holds {labels[0]}, GroupLens' {release}, not "
                          f"{dataset.name}: use --dataset {release}")

@@ -50,6 +50,8 @@ class MPIJobParams:
     seed: int = 0
     xla: bool = False
     secret_name: str = "vaecf-s3"
+    tensorboard_uri: str | None = None
+    train_flags: tuple[str, ...] = ()  # hyperparameters (``vaecf.tuning.train_flags``)
 
     @property
     def world_size(self) -> int:
@@ -102,8 +104,11 @@ def validate(params: MPIJobParams) -> None:
     for ok, message in checks:
         if not ok:
             raise VaecfError(message)
-    for what, uri in (("split", params.split_uri), ("model", params.model_uri),
-                      ("checkpoint", params.checkpoint_uri)):
+    uris = [("split", params.split_uri), ("model", params.model_uri),
+            ("checkpoint", params.checkpoint_uri)]
+    if params.tensorboard_uri:
+        uris.append(("tensorboard", params.tensorboard_uri))
+    for what, uri in uris:
         if not is_s3(uri):
             raise VaecfError(f"{what} {uri!r}: the MPIJob's pods need an s3:// URI")
         split_s3(uri)  # raises on a malformed bucket
@@ -142,7 +147,10 @@ def train_command(params: MPIJobParams) -> list[str]:
         "--seed", str(params.seed),
         "--expect-world-size", str(params.world_size),
         "--expect-hosts", str(params.workers),
+        *params.train_flags,
     ]
+    if params.tensorboard_uri:
+        command += ["--tensorboard-dir", params.tensorboard_uri]
     return [*command, "--xla"] if params.xla else command
 
 

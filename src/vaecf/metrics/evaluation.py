@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -67,6 +67,8 @@ class Evaluation:
       first_chunk_seconds: wall time of the first chunk, which traces the scorer and the
         ranking (start-up, not the per-user rate).
       first_chunk_users: users in the first chunk.
+      per_user: metric key -> float64 (users_evaluated,): each evaluated user's value, in
+        row order, so that two scorers on the same users can be compared pairwise.
     """
 
     metrics: Mapping[str, MetricValue]
@@ -77,6 +79,7 @@ class Evaluation:
     top_k: TopK | None = None
     first_chunk_seconds: float = 0.0
     first_chunk_users: int = 0
+    per_user: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def users_per_second(self) -> float:
@@ -135,15 +138,15 @@ def evaluate(score_batch: ScoreBatch, fold_in: sp.csr_matrix, holdout: sp.csr_ma
         first_chunk = first_chunk or time.perf_counter() - started
     seconds = time.perf_counter() - started
     progress.close()
-    metrics = {key: MetricValue(*mean_stderr(np.concatenate(parts)))
-               for key, parts in values.items()}
+    per_user = {key: np.concatenate(parts).astype(np.float64) for key, parts in values.items()}
+    metrics = {key: MetricValue(*mean_stderr(value)) for key, value in per_user.items()}
     top = None if top_k is None else TopK(
         users=users.astype(np.int64), item_idx=np.concatenate([t[0] for t in tops]),
         scores=np.concatenate([t[1] for t in tops]))
     return Evaluation(metrics=metrics, users_evaluated=int(users.size),
                       users_skipped=int(skipped), seconds=seconds, device=device, top_k=top,
                       first_chunk_seconds=first_chunk,
-                      first_chunk_users=min(batch_users, int(users.size)))
+                      first_chunk_users=min(batch_users, int(users.size)), per_user=per_user)
 
 
 def _check_inputs(fold_in: sp.csr_matrix, holdout: sp.csr_matrix, batch_users: int,

@@ -131,3 +131,26 @@ def mean_stderr(values: np.ndarray) -> tuple[float, float]:
     if values.size == 0:
         raise ValueError("no values: the mean is undefined")
     return float(values.mean()), float(values.std() / np.sqrt(values.size))
+
+
+PAIRED_TEST = "paired z-test on per-user differences"
+
+
+def paired_difference(model: np.ndarray, baseline: np.ndarray
+                      ) -> dict[str, float | int | str | None]:
+    """Paired comparison of two scorers' per-user values on the same users.
+
+    d_u = model_u - baseline_u; delta = mean(d), stderr = std(d) / sqrt(n) (ddof=0, as
+    ``mean_stderr``), z = delta / stderr (None when every d_u is equal: undefined). Pairing
+    removes the between-user variance that unpaired standard errors keep, so a consistent
+    difference of 0.03 over 4,000 users is significant where the unpaired errors say noise.
+
+    Args:
+      model, baseline: (n,) per-user values of the same users in the same order.
+    """
+    model, baseline = np.asarray(model, np.float64), np.asarray(baseline, np.float64)
+    if model.shape != baseline.shape:
+        raise ValueError(f"paired values differ in shape: {model.shape} vs {baseline.shape}")
+    delta, stderr = mean_stderr(model - baseline)
+    return {"test": PAIRED_TEST, "users": int(model.size), "delta": delta, "stderr": stderr,
+            "z": delta / stderr if stderr > 0 else None}

@@ -8,10 +8,9 @@ otherwise the report names the data that was read and shows no paper column.
 
 from __future__ import annotations
 
-import math
-import re
 from typing import Any
 
+from vaecf.report.data_identity import data_of, describe, named_release
 from vaecf.report.document import Figure, Section, Table, fmt, fmt_count
 from vaecf.report.inputs import METRIC_KEYS
 
@@ -26,44 +25,8 @@ PAPER: dict[str, dict[str, Any]] = {
 PAPER_FILTERS = {"min_rating": 4.0, "min_user_items": 5, "min_item_users": 0, "k_core": False}
 PAPER_HOLDOUT_FRACTION = 0.2
 LABELS = {"recall_at_20": "Recall@20", "recall_at_50": "Recall@50", "ndcg_at_100": "NDCG@100"}
-NAMES = {"ml-latest": "ML-latest", "ml-latest-small": "ML-latest-small",
-         "movielens": "a MovieLens ratings file", "netflix": "Netflix Prize",
-         "lastfm": "Last.fm 360K", "pinterest": "Pinterest (pinterest-20)",
-         "synthetic": "synthetic data"}
-# Two standard errors: a difference smaller than this is "within noise".
+# |z| of the paired test above which a difference is not "within noise" (two-sided ~95%).
 Z = 2.0
-
-
-def display_name(dataset: str, release: str | None = None) -> str:
-    """A readable name: ``ml-1m`` -> ML-1M; a name this table does not know is shown as is."""
-    if dataset == "movielens" and release:
-        return f"MovieLens (the {display_name(release)} release)"
-    if dataset in NAMES:
-        return NAMES[dataset]
-    size = re.fullmatch(r"ml-(\d+[km])", dataset)
-    return f"ML-{size.group(1).upper()}" if size else dataset
-
-
-def data_of(manifests: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """What the data stages recorded: dataset name, GroupLens release, layout, settings.
-
-    ``None`` where not recorded; ``preprocess`` and ``split`` hold those stages' parameters.
-    """
-    found: dict[str, Any] = {"dataset": None, "release": None, "layout": None}
-    for stage in ("download", "preprocess", "dataset"):
-        manifest = manifests.get(stage, {})
-        parts = [p for p in (manifest, manifest.get("parameters")) if isinstance(p, dict)]
-        for key in found:
-            found[key] = found[key] or next((_text(p.get(key)) for p in parts
-                                             if _text(p.get(key))), None)
-    for stage, key in (("preprocess", "preprocess"), ("dataset", "split")):
-        params = manifests.get(stage, {}).get("parameters")
-        found[key] = params if isinstance(params, dict) else None
-    return found
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
 
 
 def _deviations(data: dict[str, Any], published: dict[str, Any]) -> list[str]:
@@ -95,11 +58,12 @@ def comparability(data: dict[str, Any]) -> tuple[bool, str]:
     if data["dataset"] is None:
         return False, ("The dataset is not recorded (give the data stages' outputs with "
                        "--manifests), so the paper's numbers are not compared.")
-    name = display_name(data["dataset"], data["release"])
-    published = PAPER.get(data["dataset"])
+    name, release = describe(data), named_release(data)
+    published = PAPER.get(release or "")
     if published is None:
         return False, (f"The data is {name}; the paper published numbers for ML-20M and "
-                       "Netflix only, so none are compared.")
+                       "Netflix only (a MovieLens release counts once its published checksum "
+                       "matched), so none are compared.")
     deviations = _deviations(data, published)
     if deviations:
         return False, (f"The data is {name}, but not under the paper's protocol "
@@ -108,8 +72,11 @@ def comparability(data: dict[str, Any]) -> tuple[bool, str]:
                   "directly comparable.")
 
 
-def _significant(delta: float, se_a: float, se_b: float) -> bool:
-    return abs(delta) > Z * math.sqrt(se_a ** 2 + se_b ** 2)
+def paired(baseline: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """The paired per-user comparison ``vaecf evaluate`` recorded for ``key``, if any."""
+    found = baseline.get("paired", {})
+    value = found.get(key) if isinstance(found, dict) else None
+    return value if isinstance(value, dict) and {"z", "test", "users"} <= set(value) else None
 
 
 def analyse(metrics: dict[str, Any], manifests: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -129,15 +96,16 @@ def analyse(metrics: dict[str, Any], manifests: dict[str, dict[str, Any]]) -> di
     baselines = {}
     for name, values in sorted(metrics.get("baselines", {}).items()):
         baselines[name] = {key: {"mean": values[key]["mean"], "stderr": values[key]["stderr"],
-                                 "delta": metrics[key]["mean"] - values[key]["mean"]}
+                                 "delta": metrics[key]["mean"] - values[key]["mean"],
+                                 "paired": paired(values, key)}
                            for key in METRIC_KEYS}
     protocol = (data["split"] or data["preprocess"] or {}).get("protocol")
     return {"subset": metrics.get("subset"), "model": metrics.get("model"),
             "users_evaluated": metrics.get("users_evaluated"),
             "users_skipped": metrics.get("users_skipped"), "dataset": data["dataset"],
-            "dataset_name": (display_name(data["dataset"], data["release"])
-                             if data["dataset"] else None),
-            "release": data["release"], "layout": data["layout"], "protocol": protocol,
+            "dataset_name": describe(data) if data["dataset"] else None,
+            "release": named_release(data) if data["dataset"] else None,
+            "layout": data["layout"], "protocol": protocol,
             "comparable_to_paper": comparable, "note": note, "metrics": rows,
             "baselines": baselines, "timing": metrics.get("timing"),
             "device": metrics.get("device")}
@@ -160,12 +128,27 @@ def verdict(acc: dict[str, Any]) -> list[str]:
         lines = [f"Accuracy {judged}: {measured} vs the paper's {fmt(ndcg['paper'], 3)} "
                  f"({ndcg['ratio_to_paper']:.1%} of it). " + acc["note"]]
     for name, values in acc["baselines"].items():
-        delta = values["ndcg_at_100"]["delta"]
-        noise = not _significant(delta, stderr, values["ndcg_at_100"]["stderr"])
-        word = "is within noise of" if noise else ("beats" if delta > 0 else "is worse than")
-        lines.append(f"The model {word} the {name} baseline on NDCG@100: {fmt(mean)} vs "
-                     f"{fmt(values['ndcg_at_100']['mean'])} ({delta:+.4f}).")
+        lines.append(_versus(name, mean, values["ndcg_at_100"]))
     return lines
+
+
+def _versus(name: str, mean: float, baseline: dict[str, Any]) -> str:
+    """One baseline judged by the paired test on the same users; unjudged without one."""
+    delta, test = baseline["delta"], baseline["paired"]
+    values = f"{fmt(mean)} vs {fmt(baseline['mean'])} ({delta:+.4f}"
+    if test is None:
+        return (f"The model vs the {name} baseline on NDCG@100: {values}); not judged: "
+                "metrics.json has no paired per-user comparison (rerun vaecf evaluate).")
+    if (abs(test["z"]) <= Z) if test["z"] is not None else delta == 0:
+        word = "is within noise of"
+    else:
+        word = "beats" if delta > 0 else "is worse than"
+    return (f"The model {word} the {name} baseline on NDCG@100: {values}, {test['test']} "
+            f"over {fmt_count(test['users'])} users: z = {_z(test['z'])}).")
+
+
+def _z(z: float | None) -> str:
+    return "undefined (the same difference for every user)" if z is None else f"{z:+.2f}"
 
 
 def section(acc: dict[str, Any]) -> Section:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vaecf.errors import VaecfError
-from vaecf.report import accuracy, provenance, speed, speed_render, training
+from vaecf.report import accuracy, provenance, speed, speed_render, training, tuning
 from vaecf.report.document import Section, to_html, to_markdown
 from vaecf.report.inputs import ReportInputs
 
@@ -21,9 +21,10 @@ FILES = ("report.md", "report.html", "report.json")
 
 def build(inputs: ReportInputs) -> tuple[dict[str, Any], list[Section]]:
     """The report's data (for ``report.json``) and its sections, verdict first."""
-    if not (inputs.train_log or inputs.metrics or inputs.benchmark or inputs.manifests):
+    if not (inputs.train_log or inputs.metrics or inputs.benchmark or inputs.manifests
+            or inputs.trials):
         raise VaecfError("nothing to report: give at least one of --train-log, --metrics, "
-                         "--benchmark, --manifests")
+                         "--benchmark, --manifests, --trials")
     data: dict[str, Any] = {"inputs": inputs.sources}
     verdict: list[str] = []
     sections: list[Section] = []
@@ -31,6 +32,10 @@ def build(inputs: ReportInputs) -> tuple[dict[str, Any], list[Section]]:
         data["accuracy"] = accuracy.analyse(inputs.metrics, inputs.manifests)
         verdict += accuracy.verdict(data["accuracy"])
         sections.append(accuracy.section(data["accuracy"]))
+    if inputs.trials:
+        data["tuning"] = tuning.analyse(inputs.trials)
+        verdict += tuning.verdict(data["tuning"])
+        sections.append(tuning.section(data["tuning"]))
     if inputs.train_log:
         data["training"] = training.analyse(inputs.train_log)
         verdict += training.verdict(data["training"])

@@ -14,6 +14,7 @@ from typing import Any
 
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, open_input_file, read_manifest
+from vaecf.tuning.trials import read_trials
 
 METRIC_KEYS = ("recall_at_20", "recall_at_50", "ndcg_at_100")
 TRAIN_LOG_KEYS = ("epoch", "loss", "kl", "beta", "epoch_seconds", "users_per_second")
@@ -30,6 +31,7 @@ class ReportInputs:
     metrics: dict[str, Any] | None = None
     benchmark: dict[str, Any] | None = None
     reference: dict[str, Any] | None = None
+    trials: list[dict[str, Any]] | None = None
     manifests: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: dict[str, Any] = field(default_factory=dict)
 
@@ -128,14 +130,17 @@ def read_manifests(uris: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def load_inputs(*, train_log: str | None, metrics: str | None, benchmark: str | None,
-                manifests: list[str] | None, reference: str | None = None) -> ReportInputs:
+                manifests: list[str] | None, reference: str | None = None,
+                trials: str | None = None) -> ReportInputs:
     """Read every given input; raise ``VaecfError`` naming the first malformed one."""
     return ReportInputs(
         train_log=read_train_log(train_log) if train_log else None,
         metrics=read_metrics(metrics) if metrics else None,
         benchmark=read_benchmark(benchmark) if benchmark else None,
         reference=read_benchmark(reference) if reference else None,
+        trials=read_trials(trials) if trials else None,
         manifests=read_manifests(manifests or []),
         sources={"train_log": train_log, "metrics": metrics, "benchmark": benchmark,
-                 "reference": reference, "manifests": list(manifests or [])},
+                 "reference": reference, "manifests": list(manifests or []),
+                 "trials": trials},
     )

@@ -32,7 +32,7 @@ class DemoConfig:
     users: int
     items: int
     epochs: int
-    batch_size: int
+    batch_size: int | None
     workers: int
     precision: str
     protocol: str
@@ -50,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--users", type=int, default=5000, help="synthetic users")
     parser.add_argument("--items", type=int, default=2000, help="synthetic items")
     parser.add_argument("--epochs", type=int, default=20, help="training epochs")
-    parser.add_argument("--batch-size", type=int, default=500, help="global batch size")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="global batch size [default: train's, 500 or a smaller split's "
+                             "training users]")
     parser.add_argument("--workers", type=int, default=2,
                         help="Horovod processes (horovodrun -np N --gloo); 1 runs in-process")
     parser.add_argument("--precision", choices=PRECISIONS, default="auto",
@@ -88,8 +90,9 @@ def stage_commands(config: DemoConfig) -> list[list[str]]:
         ["split", "--input", interactions, "--output", split, "--seed", str(config.seed),
          "--protocol", config.protocol],
         ["train", "--split", split, "--output", model, "--checkpoint-dir",
-         f"{out}/checkpoints", "--epochs", str(config.epochs), "--batch-size",
-         str(config.batch_size), "--precision", precision, "--seed", str(config.seed),
+         f"{out}/checkpoints", "--epochs", str(config.epochs),
+         *(["--batch-size", str(config.batch_size)] if config.batch_size else []),
+         "--precision", precision, "--seed", str(config.seed),
          "--expect-world-size", str(config.workers)],
         ["evaluate", "--split", split, "--model", model, "--output", metrics,
          "--baselines", "popularity", "ease"],

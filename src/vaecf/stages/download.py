@@ -8,7 +8,12 @@ from dataclasses import asdict, dataclass
 
 from vaecf import log
 from vaecf.data.datasets import DATASETS, get_dataset
-from vaecf.data.download import SyntheticSize, download_dataset, inspect_download
+from vaecf.data.download import (
+    SyntheticSize,
+    download_dataset,
+    inspect_download,
+    verified_release,
+)
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, publish, write_manifest
 from vaecf.stages import new_parser, run_stage, seed
@@ -56,9 +61,10 @@ def run(config: DownloadConfig) -> None:
         records = download_dataset(dataset, config.source, staging, synthetic=size)
         where = config.source or ", ".join(f.url for f in dataset.files) or dataset.name
         contents = inspect_download(dataset, staging, [r["name"] for r in records], where)
-        files, release = contents["data_files"], contents["release"]
+        files, verified = contents["data_files"], verified_release(dataset, records)
+        proof = f", GroupLens {verified}: published MD5 matched" if verified else ""
         log.info(f"{dataset.name}: {files[0] if len(files) == 1 else f'{len(files)} files'} "
-                 f"({contents['layout']}{f', GroupLens {release}' if release else ''})")
+                 f"({contents['layout']}{proof})")
         parameters = {"dataset": dataset.name, "source": config.source}
         if dataset.name == "synthetic":
             parameters.update(asdict(size))
@@ -67,7 +73,8 @@ def run(config: DownloadConfig) -> None:
                                "bytes": sum(r["bytes"] for r in records)},
                        started=started,
                        extra={"dataset": dataset.name, "reader": dataset.reader,
-                              "downloads": records, **contents})
+                              "downloads": records, **contents,
+                              "verified_release": verified})
 
 
 def _body(args: argparse.Namespace) -> None:

@@ -5,9 +5,13 @@ Reads a split (``vaecf split``) and a model (``vaecf train`` output, or ``popula
 TensorFlow, on GPU when there is one) and publishes ``metrics.json``, optionally
 ``top_k.parquet`` (``--export-top-k``), and ``evaluate_manifest.json``. Everything but
 ``users_per_second`` and ``timing`` in ``metrics.json`` is a pure function of the inputs and
-flags. ``users_per_second`` is the steady rate, after the first chunk; ``timing`` has the
-start-up apart from it: the process before the stage (Python, TensorFlow import), loading the
-split and the model, and the first chunk (which traces the scorer and the ranking).
+flags. Each baseline in ``metrics.json`` carries ``paired``: per metric, the model minus the
+baseline on the same users (``test``, ``users``, ``delta``, ``stderr``, ``z``), computed here
+where the per-user values are, so that ``vaecf report`` judges differences with a paired test
+without a per-user file. ``users_per_second`` is the steady rate, after the first chunk;
+``timing`` has the start-up apart from it: the process before the stage (Python, TensorFlow
+import), loading the split and the model, and the first chunk (which traces the scorer and the
+ranking).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from vaecf.log import info
 from vaecf.metrics import Evaluation, TopK, evaluate
 from vaecf.metrics.evaluation import ScoreBatch
 from vaecf.metrics.model_scorer import SavedModelScorer
+from vaecf.metrics.reference import paired_difference
 from vaecf.stages import new_parser, run_stage
 
 STAGE = "evaluate"
@@ -94,9 +99,13 @@ def make_config(args: argparse.Namespace) -> EvaluateConfig:
                           ease_lambda=args.ease_lambda)
 
 
-def run(config: EvaluateConfig) -> dict[str, object]:
-    """Evaluate and publish; returns the content of ``metrics.json``."""
-    started, before = time.monotonic(), _process_seconds()
+def run(config: EvaluateConfig, in_process: bool = False) -> dict[str, object]:
+    """Evaluate and publish; returns the content of ``metrics.json``.
+
+    ``in_process``: called by another stage (``vaecf tune``), whose process time before this
+    call is not this evaluation's start-up.
+    """
+    started, before = time.monotonic(), 0.0 if in_process else _process_seconds()
     with ExitStack() as stack:
         model = None if config.model in BASELINES else config.model
         output = stack.enter_context(publish(config.output, manifest_name(STAGE),
@@ -177,8 +186,16 @@ def _metrics_json(config: EvaluateConfig, split: Split, main: Evaluation,
                                   "users_per_second": round(main.users_per_second, 1),
                                   "device": main.device, "n_items": split.n_items}
     if config.baselines:
-        metrics["baselines"] = {name: results[name].summary() for name in config.baselines}
+        metrics["baselines"] = {name: results[name].summary()
+                                | {"paired": _paired(main, results[name])}
+                                for name in config.baselines}
     return metrics
+
+
+def _paired(model: Evaluation, baseline: Evaluation) -> dict[str, object]:
+    """Model minus baseline per metric, paired on the same users (``paired_difference``)."""
+    return {key: paired_difference(model.per_user[key], baseline.per_user[key])
+            for key in model.per_user}
 
 
 def _top_k_table(split: Split, subset: str, top: TopK) -> pa.Table:

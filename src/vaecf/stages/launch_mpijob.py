@@ -17,6 +17,7 @@ from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, read_manifest, storage
 from vaecf.k8s import client, mpijob, render
 from vaecf.stages import finite_positive, new_parser, run_stage, seed
+from vaecf.tuning.space import SEARCHABLE, parse_trial, train_flags
 
 STAGE = "launch-mpijob"
 SPLIT_STAGE = "dataset"  # the split directory's manifest (vaecf.data.splits.MANIFEST_STAGE)
@@ -50,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "manifests/mpijob.yaml)")
     parser.add_argument("--timeout", type=finite_positive, default=48 * 3600,
                         help="seconds before the job is deleted and the step fails")
+    parser.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
+                        help="rank 0 writes TensorBoard event files to "
+                             "<store>/<job>/tensorboard (point TensorBoard at <store>/)")
+    parser.add_argument("--hyperparameters", default="{}", metavar="JSON",
+                        help="training hyperparameters of a tuning trial, e.g. "
+                             '\'{"beta_cap": 0.3, "learning_rate": 0.001}\' (keys: '
+                             f"{', '.join(SEARCHABLE)})")
     return parser
 
 
@@ -58,6 +66,8 @@ def params_from_args(args: argparse.Namespace) -> render.MPIJobParams:
     store = args.store.rstrip("/")
     if not storage.is_s3(store):
         raise VaecfError(f"--store {args.store!r}: expected an s3:// prefix")
+    trial = parse_trial(args.hyperparameters, "--hyperparameters")
+    epochs = trial.pop("epochs", args.epochs)
     return render.MPIJobParams(
         name=name, namespace=args.namespace or client.current_namespace(), run_id=args.run_id,
         image=args.image,
@@ -65,8 +75,10 @@ def params_from_args(args: argparse.Namespace) -> render.MPIJobParams:
         model_uri=f"{store}/{name}/model", checkpoint_uri=f"{store}/{name}/checkpoints",
         workers=args.workers, gpus_per_worker=args.gpus_per_worker,
         slots_per_worker=args.slots_per_worker or max(1, args.gpus_per_worker),
-        epochs=args.epochs, batch_size=args.batch_size, precision=args.precision,
-        seed=args.seed, xla=args.xla, secret_name=args.secret_name)
+        epochs=epochs, batch_size=args.batch_size, precision=args.precision,
+        seed=args.seed, xla=args.xla, secret_name=args.secret_name,
+        tensorboard_uri=f"{store}/{name}/tensorboard" if args.tensorboard else None,
+        train_flags=tuple(train_flags(trial)))
 
 
 def check_split(split: str) -> None:

@@ -88,7 +88,8 @@ def run(config: PreprocessConfig) -> None:
                        parameters=asdict(config.filters), counts=counts, started=started,
                        extra={"dataset": dataset.name, "files_read": files_read,
                               "layout": layout_of(dataset.reader, files_read),
-                              "release": release_of(files_read)})
+                              "release": release_of(files_read),
+                              "verified_release": download.get("verified_release")})
 
 
 def _body(args: argparse.Namespace) -> None:

@@ -25,6 +25,7 @@ class ReportConfig:
     benchmark: str | None
     manifests: tuple[str, ...]
     reference: str | None
+    trials: str | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "manifests describe the data, configuration and versions")
     parser.add_argument("--reference", help="benchmark.json of a previous run to compare "
                                             "speed against")
+    parser.add_argument("--trials", help="trials.jsonl of 'vaecf tune': every trial, as a "
+                                         "table and a plot")
     return parser
 
 
@@ -49,9 +52,9 @@ def run(config: ReportConfig) -> None:
     started = time.monotonic()
     inputs = load_inputs(train_log=config.train_log, metrics=config.metrics,
                          benchmark=config.benchmark, manifests=list(config.manifests),
-                         reference=config.reference)
+                         reference=config.reference, trials=config.trials)
     sources = [config.train_log, config.metrics, config.benchmark, config.reference,
-               *config.manifests]
+               config.trials, *config.manifests]
     with publish(config.output, manifest_name(STAGE), sources) as staging:
         data = build.write(staging, inputs)
         write_manifest(staging, STAGE, inputs=inputs.sources,
@@ -65,6 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     def body(args: argparse.Namespace) -> None:
         run(ReportConfig(output=args.output, train_log=args.train_log, metrics=args.metrics,
                          benchmark=args.benchmark, manifests=tuple(args.manifests),
-                         reference=args.reference))
+                         reference=args.reference, trials=args.trials))
 
     return run_stage(STAGE, build_parser(), argv, body)

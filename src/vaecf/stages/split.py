@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -35,9 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--input", required=True, help="output of 'vaecf preprocess'")
     parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
     parser.add_argument("--seed", type=seed, default=98765, help="the split's only randomness")
-    parser.add_argument("--protocol", default="mission",
+    parser.add_argument("--protocol", default=None,
                         help="mission: fractions; paper: ml-20m 10,000 and netflix 40,000 "
-                             "held-out users per split (other datasets: 7%%)")
+                             "held-out users per split (other datasets: 7%%) [default: the "
+                             "protocol 'vaecf preprocess' recorded, else mission]")
     parser.add_argument("--val-fraction", type=float, default=0.07, help="share of val users")
     parser.add_argument("--test-fraction", type=float, default=0.07, help="share of test users")
     parser.add_argument("--heldout-users", type=int, default=None,
@@ -59,8 +61,29 @@ def heldout_users(protocol: str, dataset: str, given: int | None) -> int | None:
     return PAPER_HELDOUT_USERS.get(dataset) if protocol == "paper" else None
 
 
+def resolve_protocol(given: str | None, preprocess: dict[str, Any]) -> dict[str, str | None]:
+    """The split's protocol: ``--protocol`` if given, else the one preprocess recorded.
+
+    Returns ``protocol``, where it came from (``protocol_source``: ``--protocol``,
+    ``preprocess`` or ``default``) and the preprocess protocol it overrides, for the manifest.
+    """
+    recorded = (preprocess.get("parameters") or {}).get("protocol")
+    recorded = recorded if recorded in PROTOCOLS else None
+    if given is not None:
+        if recorded is not None and recorded != given:
+            log.warning(f"vaecf split: warning: --protocol {given} overrides the protocol "
+                        f"'{recorded}' that preprocess recorded")
+        return {"protocol": given, "protocol_source": "--protocol",
+                "preprocess_protocol": recorded}
+    if recorded is not None:
+        log.info(f"split: protocol '{recorded}', as preprocess recorded")
+        return {"protocol": recorded, "protocol_source": "preprocess",
+                "preprocess_protocol": recorded}
+    return {"protocol": "mission", "protocol_source": "default", "preprocess_protocol": None}
+
+
 def _check_flags(args: argparse.Namespace) -> None:
-    if args.protocol not in PROTOCOLS:
+    if args.protocol is not None and args.protocol not in PROTOCOLS:
         raise VaecfError(f"--protocol: unknown protocol '{args.protocol}' "
                          f"(one of: {', '.join(PROTOCOLS)})")
     for flag, value in (("--val-fraction", args.val_fraction),
@@ -72,12 +95,14 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise VaecfError("--val-fraction + --test-fraction: must be below 1")
 
 
-def run(input_uri: str, output: str, protocol: str, args: argparse.Namespace) -> None:
+def run(input_uri: str, output: str, given: str | None, args: argparse.Namespace) -> None:
     started = time.monotonic()
     with (publish(output, manifest_name("dataset"), [input_uri]) as staging,
           open_input(input_uri) as source):
         manifest = read_manifest(source, "preprocess", required=["interactions.parquet"])
         dataset = str(manifest.get("dataset", "unknown"))
+        chosen = resolve_protocol(given, manifest)
+        protocol = str(chosen["protocol"])
         config = SplitStageConfig(input_uri, output, protocol, SplitConfig(
             seed=args.seed, val_fraction=args.val_fraction, test_fraction=args.test_fraction,
             heldout_users=heldout_users(protocol, dataset, args.heldout_users),
@@ -86,8 +111,7 @@ def run(input_uri: str, output: str, protocol: str, args: argparse.Namespace) ->
         result = split_interactions(interactions, config.split)
         written = write_split(result, staging,
                               inputs={"input": input_uri, "preprocess_files": manifest["files"]},
-                              parameters={"protocol": protocol,
-                                          **asdict(config.split)},
+                              parameters={**chosen, **asdict(config.split)},
                               started=started, dataset=dataset)
         log.info(f"split: {written['n_users']} users, {written['n_items']:,} items "
                  f"(seed {config.split.seed})")

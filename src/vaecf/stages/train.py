@@ -8,7 +8,7 @@ from vaecf.errors import VaecfError
 from vaecf.io import check_output, manifest_name
 from vaecf.stages import finite_non_negative, finite_positive, new_parser, run_stage, seed
 from vaecf.train import checkpoint
-from vaecf.train.config import COMPRESSIONS, PRECISIONS, TrainConfig
+from vaecf.train.config import COMPRESSIONS, DEFAULT_BATCH_SIZE, PRECISIONS, TrainConfig
 
 STAGE = "train"
 
@@ -50,8 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--checkpoint-dir", help="checkpoints (local or s3://); a rerun resumes from the "
         "newest valid one [default: <output>-checkpoints]")
     add("--epochs", type=_positive, default=20)
-    add("--batch-size", type=_positive, default=500,
-        help="global batch: users per step over all processes")
+    add("--batch-size", type=_positive, help="global batch: users per step over all "
+        f"processes [default: {DEFAULT_BATCH_SIZE}, or the training users of a smaller split]")
     add("--precision", choices=PRECISIONS, default="fp32",
         help="mixed_float16 uses dynamic loss scaling")
     add("--xla", action="store_true", help="compile the whole training step with XLA")
@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
         "hosts")
     add("--compression", choices=COMPRESSIONS, default="none", help="fp16: allreduce the "
         "gradients as float16 (half the bytes between hosts; under horovodrun)")
+    add("--tensorboard-dir", help="rank 0 writes TensorBoard event files here (local or "
+        "s3://): loss, NLL, KL, beta, validation metrics, users/s, input share per epoch")
     return parser
 
 
@@ -86,14 +88,15 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     checkpoint_dir = args.checkpoint_dir or args.output.rstrip("/") + "-checkpoints"
     return TrainConfig(
         split=args.split, output=args.output, checkpoint_dir=checkpoint_dir,
-        epochs=args.epochs, batch_size=args.batch_size, precision=args.precision,
+        epochs=args.epochs, batch_size=args.batch_size or DEFAULT_BATCH_SIZE,
+        batch_size_default=args.batch_size is None, precision=args.precision,
         xla=args.xla, learning_rate=args.learning_rate, beta_cap=args.beta_cap,
         anneal_steps=args.anneal_steps, dropout=args.dropout, hidden=args.hidden,
         latent=args.latent, l2=args.l2, seed=args.seed, validate_every=args.validate_every,
         checkpoint_interval=args.checkpoint_interval,
         checkpoint_every=args.checkpoint_every, steps_per_epoch=args.steps_per_epoch,
         expect_world_size=args.expect_world_size, expect_hosts=args.expect_hosts,
-        compression=args.compression)
+        compression=args.compression, tensorboard_dir=args.tensorboard_dir)
 
 
 def _body(args: argparse.Namespace) -> None:

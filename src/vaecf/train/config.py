@@ -7,6 +7,7 @@ from typing import Any
 
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
 COMPRESSIONS = ("none", "fp16")
+DEFAULT_BATCH_SIZE = 500
 
 # Parameters that fix the shapes or the arithmetic of the checkpointed state: a checkpoint
 # written with other values cannot be resumed.
@@ -22,6 +23,8 @@ class TrainConfig:
       output: model directory or s3:// prefix (published atomically on rank 0).
       checkpoint_dir: where checkpoints live; survives a killed run.
       batch_size: global batch (users per step over all ranks).
+      batch_size_default: ``batch_size`` is the default, not the user's choice, so a split
+        with fewer training users trains with all of them per step instead of failing.
       anneal_steps: beta = min(beta_cap, step / anneal_steps), as in the paper's code (0: the
         cap from the start). None: beta reaches the cap at the run's last step
         (``resolved``), which fits a 600-user file and ML-20M alike; the paper's 200,000 keeps
@@ -37,13 +40,15 @@ class TrainConfig:
       compression: "fp16" sends the gradients (and the logged loss statistics) through
         Horovod's allreduce as float16 (half the bytes; for runs across hosts), "none" as
         float32.
+      tensorboard_dir: rank 0 writes TensorBoard event files here (local or s3://), or None.
     """
 
     split: str
     output: str
     checkpoint_dir: str
     epochs: int = 20
-    batch_size: int = 500
+    batch_size: int = DEFAULT_BATCH_SIZE
+    batch_size_default: bool = False
     precision: str = "fp32"
     xla: bool = False
     learning_rate: float = 1e-3
@@ -61,6 +66,7 @@ class TrainConfig:
     expect_world_size: int | None = None
     expect_hosts: int | None = None
     compression: str = "none"
+    tensorboard_dir: str | None = None
 
     @property
     def keras_policy(self) -> str:

@@ -12,6 +12,7 @@ import contextlib
 import json
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import keras
@@ -39,7 +40,7 @@ def train(config: TrainConfig) -> None:
                        if runtime.is_chief else None)
             split_dir = stack.enter_context(open_input(config.split))
             split = load_split(split_dir)
-            _check_batch(config.batch_size, split.train.shape[0], config.split)
+            config = fit_batch(config, split.train.shape[0], runtime.size)
             memory.check_fits(split.train.shape[1], config.hidden, config.latent,
                               config.batch_size // runtime.size)
             log.info(f"training on {split.train.shape[0]:,} users x {split.n_items:,} items, "
@@ -47,6 +48,7 @@ def train(config: TrainConfig) -> None:
                      f"batch {config.batch_size}")
             trainer = Trainer(config, runtime, split.train, split.heldout("val"),
                               split_digest=split.digest)
+            stack.callback(trainer.tracker.close)
             trainer.restore()
             trainer.fit()
             digests = dist.gather_object(trainer.weights_digest(), runtime)
@@ -60,12 +62,22 @@ def train(config: TrainConfig) -> None:
         keras.mixed_precision.set_global_policy(previous_policy)
 
 
-def _check_batch(batch_size: int, train_users: int, split: str) -> None:
-    """Refuse a global batch larger than the training users, before anything is allocated:
-    each step would hold every user several times (and a huge one exhausts the memory)."""
-    if batch_size > train_users:
-        raise VaecfError(f"--batch-size {batch_size}: larger than the {train_users:,} training "
-                         f"users of {split} (use at most {train_users})")
+def fit_batch(config: TrainConfig, train_users: int, world_size: int) -> TrainConfig:
+    """Refuse a chosen global batch larger than the training users, before anything is
+    allocated (each step would hold every user several times; a huge one exhausts memory).
+
+    The default batch was never chosen, so on a smaller split it becomes the training users
+    (rounded down to a multiple of the world size), and the log says so.
+    """
+    if config.batch_size <= train_users:
+        return config
+    fitted = train_users - train_users % world_size
+    if not config.batch_size_default or fitted < 1:
+        raise VaecfError(f"--batch-size {config.batch_size}: larger than the {train_users:,} "
+                         f"training users of {config.split} (use at most {train_users})")
+    log.info(f"batch {fitted}: the default --batch-size {config.batch_size} is larger than "
+             f"the {train_users:,} training users of {config.split}")
+    return replace(config, batch_size=fitted)
 
 
 def _write_output(staging: Path, trainer: Trainer, split: Split, digests: list[str],

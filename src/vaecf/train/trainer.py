@@ -23,6 +23,7 @@ from vaecf.model import MultVAE
 from vaecf.train import checkpoint, data
 from vaecf.train import horovod as dist
 from vaecf.train.config import STATE_PARAMETERS, TrainConfig
+from vaecf.train.tracking import EpochTracker
 
 VAL_KEYS = ("recall_at_20", "recall_at_50", "ndcg_at_100")
 
@@ -77,6 +78,7 @@ class Trainer:
         self.maker = data.BatchMaker(train, data.pad_granule(train, local),
                                      device=data.resident_device(), one_size=config.xla)
         self.state = State()
+        self.tracker = EpochTracker(config.tensorboard_dir)  # used on rank 0 only
         self._scores = tf.function(self._score_batch, reduce_retracing=True)
 
     # ---- resume and checkpoints (rank 0 reads and writes; the others get a broadcast)
@@ -169,6 +171,7 @@ class Trainer:
                         record["val"] = self._validate(epoch)
                     self.state.log.append(record)
                     log.info(_describe(record))
+                    self.tracker.epoch_end(record)
             if self.runtime.is_chief and (stop.is_set() or self._checkpoint_due(epoch, saved)):
                 self.save_checkpoint()
                 saved = time.monotonic()

@@ -1,0 +1,50 @@
+"""Tuning: every trial of a search (``trials.jsonl``), as a table and a plot, and the verdict.
+
+Trials are compared on the validation users only; the best one's test metrics are the
+report's accuracy section (``--metrics`` of ``vaecf tune``'s ``test/metrics.json``), so the
+test users judge one model, never the choice among many.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vaecf.report import plots
+from vaecf.report.document import Figure, Section, Table, fmt
+from vaecf.tuning.trials import OBJECTIVE, VAL_KEYS
+
+LABELS = {"ndcg_at_100": "val NDCG@100", "recall_at_20": "val Recall@20",
+          "recall_at_50": "val Recall@50"}
+
+
+def analyse(trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """The trials as recorded, the searched names (values that differ) and the best trial."""
+    names = sorted({k for t in trials for k in t["params"]})
+    searched = [k for k in names if len({repr(t["params"].get(k)) for t in trials}) > 1]
+    best = max(trials, key=lambda t: (t["val"][OBJECTIVE], -t.get("trial", 0)))
+    return {"trials": trials, "searched": searched, "best": best}
+
+
+def verdict(tuning: dict[str, Any]) -> list[str]:
+    best, trials = tuning["best"], tuning["trials"]
+    values = [t["val"][OBJECTIVE] for t in trials]
+    settings = ", ".join(f"{k} {best['params'].get(k)}" for k in tuning["searched"])
+    return [f"Tuning: the best of {len(trials)} trials by validation NDCG@100 is trial "
+            f"{best.get('trial')} ({settings or 'no setting varied'}): {fmt(max(values))}, "
+            f"the worst {fmt(min(values))}; only the best was evaluated on the test users."]
+
+
+def section(tuning: dict[str, Any]) -> Section:
+    """A row per trial (searched settings, validation metrics) and a bar per trial."""
+    searched, trials = tuning["searched"], tuning["trials"]
+    rows = [[str(t.get("trial")) + (" (best)" if t is tuning["best"] else ""),
+             *[str(t["params"].get(k)) for k in searched],
+             *[fmt(t["val"][k]) for k in VAL_KEYS], str(t.get("best_epoch"))]
+            for t in trials]
+    table = Table(["trial", *searched, *[LABELS[k] for k in VAL_KEYS], "best epoch"], rows)
+    labels = [str(t.get("trial")) for t in trials]
+    png = plots.bars("Validation NDCG@100 per trial", "NDCG@100", labels,
+                     [t["val"][OBJECTIVE] for t in trials])
+    return Section("Tuning", [f"{len(trials)} trials; searched: "
+                              f"{', '.join(searched) or 'nothing varied'}.", table,
+                              Figure("Validation NDCG@100 of every trial", png)])

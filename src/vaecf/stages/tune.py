@@ -1,0 +1,147 @@
+"""``vaecf tune``: search training hyperparameters on a split, pick the best by validation.
+
+Two ways in, one way out. On a laptop, ``vaecf tune --split S --output O`` trains every trial
+of the search (``--space``, ``--trials``, ``--seed``) itself. In the KFP sweep, the trials
+ran as MPIJobs in a ``dsl.ParallelFor``, each followed by ``vaecf evaluate --subset val``,
+and the fan-in step passes their models and validation metrics with ``--collect-models`` and
+``--collect-evaluations`` (the same order). Either way the best trial by validation NDCG@100 is
+evaluated once on the test users (beside the baselines), and ``trials.jsonl``, ``test/``
+(that evaluation's output) and ``tune_manifest.json`` are published. ``vaecf report
+--trials O/trials.jsonl`` shows every trial.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from vaecf import log
+from vaecf.baselines import BASELINES, DEFAULT_LAMBDA
+from vaecf.errors import VaecfError
+from vaecf.io import manifest_name, publish, scratch, write_manifest
+from vaecf.stages import new_parser, run_stage, seed
+from vaecf.train.config import PRECISIONS
+from vaecf.tuning.space import DEFAULT_SPACE, load_space, trials
+from vaecf.tuning.trials import OBJECTIVE, collect, mark_best, write_trials
+
+STAGE = "tune"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = new_parser(STAGE, "Search Mult-VAE's training hyperparameters on a split: pick "
+                               "the best trial by validation NDCG@100, evaluate it once on "
+                               "the test users.")
+    add = parser.add_argument
+    add("--split", required=True, help="split directory or s3:// prefix (vaecf split)")
+    add("--output", required=True, help="output directory or s3:// prefix")
+    add("--space", default=json.dumps(DEFAULT_SPACE), metavar="JSON",
+        help="hyperparameter -> list of values, JSON or @file.json (keys: beta_cap, "
+             "anneal_steps (null: train's default schedule), learning_rate, dropout, epochs, "
+             "hidden, latent)")
+    add("--trials", type=int, default=8, help="trials: the whole grid if it has at most "
+        "this many points, else a random sample of it drawn with --seed")
+    add("--seed", type=seed, default=0, help="seed of the sample and of every trial's training")
+    add("--epochs", type=int, default=20, help="epochs of every trial unless searched")
+    add("--batch-size", type=int, default=None, help="global batch of every trial [default: "
+        "train's]")
+    add("--precision", choices=PRECISIONS, default="fp32",
+        help="precision of every trial (see vaecf train)")
+    add("--baselines", nargs="*", default=["popularity", "ease"], metavar="NAME",
+        help="evaluated beside the best trial on the test users")
+    add("--collect-models", nargs="+", metavar="DIR", help="KFP fan-in: the trials' models")
+    add("--collect-evaluations", nargs="+", metavar="DIR",
+        help="KFP fan-in: their 'vaecf evaluate --subset val' outputs, in the same order")
+    add("--executor-input", metavar="JSON", help="KFP fan-in: the executor input, whose "
+        "input artifact lists 'models' and 'evaluations' replace the two flags above")
+    return parser
+
+
+# KFP mounts an input artifact at a local path derived from its URI (kfp.dsl.Artifact.path).
+KFP_MOUNTS = (("gs://", "/gcs/"), ("minio://", "/minio/"), ("s3://", "/s3/"))
+
+
+def collected_paths(executor_input: str, name: str) -> list[str]:
+    """Local paths of the input artifact list ``name`` (a ``dsl.Collected``), in order."""
+    try:
+        artifacts = json.loads(executor_input)["inputs"]["artifacts"][name]["artifacts"]
+        uris = [str(artifact["uri"]) for artifact in artifacts]
+    except (ValueError, KeyError, TypeError) as err:
+        raise VaecfError(f"--executor-input: no input artifact list '{name}' ({err})") from None
+    paths = []
+    for uri in uris:
+        prefix = next(((r, m) for r, m in KFP_MOUNTS if uri.startswith(r)), ("", ""))
+        paths.append(prefix[1] + uri[len(prefix[0]):])
+    return paths
+
+
+def _space(text: str) -> dict[str, list[Any]]:
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text()
+        except OSError as err:
+            raise VaecfError(f"--space {text}: cannot read ({err.strerror})") from None
+    return load_space(text, "--space")
+
+
+def run(args: argparse.Namespace) -> None:
+    started = time.monotonic()
+    if args.executor_input:
+        args.collect_models = collected_paths(args.executor_input, "models")
+        args.collect_evaluations = collected_paths(args.executor_input, "evaluations")
+    collecting = bool(args.collect_models or args.collect_evaluations)
+    chosen = [] if collecting else trials(_space(args.space), args.trials, args.seed)
+    unknown = [name for name in args.baselines if name not in BASELINES]
+    if unknown:
+        raise VaecfError(f"--baselines: unknown baseline '{unknown[0]}' (one of: "
+                         f"{', '.join(BASELINES)})")
+    for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size or 1)):
+        if value < 1:
+            raise VaecfError(f"{flag}: expected a positive integer, got {value}")
+    inputs = [args.split, *(args.collect_models or []), *(args.collect_evaluations or [])]
+    with ExitStack() as stack:
+        staging = stack.enter_context(publish(args.output, manifest_name(STAGE), inputs))
+        if collecting:
+            records = collect(args.collect_models or [], args.collect_evaluations or [], stack)
+        else:
+            from vaecf.tuning.local import run_trials
+
+            base = {"epochs": args.epochs, "precision": args.precision, "seed": args.seed,
+                    **({"batch_size": args.batch_size} if args.batch_size else
+                       {"batch_size_default": True})}
+            records = run_trials(args.split, staging / "trials",
+                                 stack.enter_context(scratch(staging)), chosen, base)
+        best = mark_best(records)
+        log.info(f"tune: best of {len(records)} trials is trial {best['trial']} (val "
+                 f"{OBJECTIVE} {best['val'][OBJECTIVE]:.4f}); evaluating it on the test users")
+        model = str(staging / best["model"]) if not collecting else best["model"]
+        test = _evaluate_test(args, model, staging / "test")
+        write_trials(staging / "trials.jsonl", records)
+        write_manifest(staging, STAGE, inputs={"split": args.split,
+                                               "models": args.collect_models or [],
+                                               "evaluations": args.collect_evaluations or []},
+                       parameters={"space": None if collecting else _space(args.space),
+                                   "trials": len(records), "seed": args.seed,
+                                   "baselines": list(args.baselines)},
+                       counts={"trials": len(records)}, started=started,
+                       extra={"best": best, "test": {k: test[k] for k in
+                                                     ("ndcg_at_100", "recall_at_20",
+                                                      "recall_at_50")}})
+
+
+def _evaluate_test(args: argparse.Namespace, model: str, output: Path) -> dict[str, Any]:
+    """The best trial on the test users, once, through ``vaecf evaluate``'s own code."""
+    from vaecf.stages.evaluate import EvaluateConfig
+    from vaecf.stages.evaluate import run as evaluate
+
+    return evaluate(EvaluateConfig(split=args.split, model=model, output=str(output),
+                                   subset="test", batch_users=4096, export_top_k=None,
+                                   baselines=tuple(args.baselines), ease_lambda=DEFAULT_LAMBDA),
+                    in_process=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage(STAGE, build_parser(), argv, run)

@@ -1,0 +1,1 @@
+"""Hyperparameter tuning: the search space, trials, and picking the best by validation."""

@@ -1,0 +1,52 @@
+"""Run a search's trials on this machine: one ``vaecf train`` per trial, in this process.
+
+Each trial is a complete training run (published model directory with its manifest) under
+``<output>/trials/trial-NNN``; its checkpoints go to a scratch folder that is removed with
+the trial, since a finished trial never resumes. The trials run one after another: on a
+laptop, parallel trials would only share the same cores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from vaecf import log
+from vaecf.io import read_manifest
+from vaecf.tuning.trials import OBJECTIVE, record
+
+
+def trial_name(index: int) -> str:
+    return f"trial-{index:03d}"
+
+
+def run_trials(split: str, directory: Path, scratch: Path, trials: list[dict[str, Any]],
+               base: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Train every trial; return their records (``vaecf.tuning.trials.record``).
+
+    Args:
+      split: the split directory or s3:// prefix.
+      directory: where the trials' model directories are published (``trial-NNN``).
+      scratch: an empty folder for checkpoints, deleted by the caller.
+      trials: hyperparameters per trial (``vaecf.tuning.space.trials``).
+      base: the other ``TrainConfig`` fields, the same for every trial (epochs unless
+        searched, batch size, precision, seed).
+    """
+    from vaecf.train.config import TrainConfig
+    from vaecf.train.run import train
+
+    records = []
+    for index, trial in enumerate(trials):
+        name = trial_name(index)
+        settings = ", ".join(f"{k}={v}" for k, v in trial.items())
+        log.info(f"tune: trial {index + 1}/{len(trials)} ({name}): {settings}")
+        config = TrainConfig(split=split, output=str(directory / name),
+                             checkpoint_dir=str(scratch / name), **{**base, **trial})
+        train(config)
+        manifest = read_manifest(directory / name, "train")
+        records.append(record(index, f"{directory.name}/{name}", manifest,
+                              manifest["best_val"]))
+        log.info(f"tune: {name} val {OBJECTIVE} {records[-1]['val'][OBJECTIVE]:.4f} "
+                 f"(best epoch {manifest.get('best_epoch')})")
+    return records

@@ -1,0 +1,105 @@
+"""The search space of ``vaecf tune``, the KFP sweep and the Katib Experiment, and its trials.
+
+A space maps each searched ``vaecf train`` hyperparameter to its candidate values; a trial is
+one value per hyperparameter. The trials are the whole grid when it is small enough, else a
+seeded random sample of it without repeats, so the same (space, trials, seed) always gives the
+same list, on a laptop and in the compiled sweep alike. Grid and random search over a few
+discrete values are what a handful of trials can afford; a model-based search (Optuna's TPE,
+Katib's Bayesian suggestion) needs tens of trials before it beats random.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from vaecf.errors import VaecfError
+
+# Searchable hyperparameter -> (``vaecf train`` flag, type, smallest allowed value).
+SEARCHABLE: dict[str, tuple[str, type, float]] = {
+    "beta_cap": ("--beta-cap", float, 0.0), "anneal_steps": ("--anneal-steps", int, 0),
+    "learning_rate": ("--learning-rate", float, 1e-12), "dropout": ("--dropout", float, 0.0),
+    "epochs": ("--epochs", int, 1), "hidden": ("--hidden", int, 1),
+    "latent": ("--latent", int, 1)}
+# The default space: the paper tuned the beta cap (its best on ML-20M: 0.2); the others are the
+# settings whose defaults matter most on small data. ``anneal_steps`` null: beta reaches its
+# cap at the run's last step (the ``vaecf train`` default); 0: the cap from the start.
+DEFAULT_SPACE: dict[str, list[Any]] = {
+    "beta_cap": [0.1, 0.2, 0.4], "anneal_steps": [None, 0],
+    "learning_rate": [3e-4, 1e-3, 3e-3], "dropout": [0.3, 0.5], "epochs": [20, 50]}
+
+
+def check_trial(trial: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A trial's values, checked: known names, numbers of the right kind and range."""
+    checked: dict[str, Any] = {}
+    for name, value in trial.items():
+        if name not in SEARCHABLE:
+            raise VaecfError(f"{where}: unknown hyperparameter '{name}' (one of: "
+                             f"{', '.join(SEARCHABLE)})")
+        _, kind, low = SEARCHABLE[name]
+        if value is None and name == "anneal_steps":
+            checked[name] = None
+            continue
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (number and math.isfinite(value) and value >= low
+                and (kind is float or float(value).is_integer())
+                and (name != "dropout" or value < 1.0)):
+            what = "an integer" if kind is int else "a number"
+            bound = " and < 1" if name == "dropout" else ""
+            raise VaecfError(f"{where}: {name} {value!r}: expected {what} >= {low:g}{bound}")
+        checked[name] = kind(value)
+    return checked
+
+
+def parse_trial(text: str, where: str) -> dict[str, Any]:
+    """A trial from its JSON text (a KFP loop item, a Katib parameter set, a flag)."""
+    try:
+        trial = json.loads(text)
+    except ValueError as err:
+        raise VaecfError(f"{where}: not valid JSON ({err})") from None
+    if not isinstance(trial, dict):
+        raise VaecfError(f"{where}: expected a JSON object of hyperparameters")
+    return check_trial(trial, where)
+
+
+def train_flags(trial: Mapping[str, Any]) -> list[str]:
+    """The ``vaecf train`` flags of a checked trial (``anneal_steps`` null: no flag)."""
+    flags: list[str] = []
+    for name, value in trial.items():
+        if value is not None:
+            flags += [SEARCHABLE[name][0], str(value)]
+    return flags
+
+
+def load_space(text: str, where: str) -> dict[str, list[Any]]:
+    """A space from JSON: ``{"beta_cap": [0.1, 0.2], ...}``, every value list non-empty."""
+    try:
+        space = json.loads(text)
+    except ValueError as err:
+        raise VaecfError(f"{where}: not valid JSON ({err})") from None
+    if not isinstance(space, dict) or not space:
+        raise VaecfError(f"{where}: expected a JSON object of hyperparameter -> list of values")
+    for name, values in space.items():
+        if not isinstance(values, list) or not values:
+            raise VaecfError(f"{where}: {name}: expected a non-empty list of values")
+        for value in values:
+            check_trial({name: value}, where)
+    return {name: list(values) for name, values in space.items()}
+
+
+def trials(space: Mapping[str, list[Any]], count: int, seed: int) -> list[dict[str, Any]]:
+    """``count`` distinct trials: the whole grid in order if it has at most ``count``
+    points, else a random sample of the grid drawn with ``seed``."""
+    if count < 1:
+        raise VaecfError(f"--trials: expected >= 1, got {count}")
+    names = list(space)
+    grid = list(itertools.product(*(space[name] for name in names)))
+    if len(grid) > count:
+        chosen = np.random.default_rng(seed).choice(len(grid), size=count, replace=False)
+        grid = [grid[int(i)] for i in sorted(chosen)]
+    return [check_trial(dict(zip(names, point, strict=True)), "space") for point in grid]

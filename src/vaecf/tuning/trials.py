@@ -1,0 +1,115 @@
+"""The trial record, shared by ``vaecf tune``, the KFP sweep's fan-in and the report.
+
+``trials.jsonl`` holds one JSON object per trial, in trial order::
+
+    {"trial": 3, "params": {"beta_cap": 0.4, ...}, "val": {"ndcg_at_100": 0.41, ...},
+     "best_epoch": 17, "model": "trials/trial-003", "best": false}
+
+``params`` are every searchable hyperparameter as the trial's ``train_manifest.json``
+recorded it (``anneal_steps`` as resolved for the run), so a record is complete whatever was
+searched; ``val`` the validation metrics of the exported model. The best trial is the one with
+the highest validation NDCG@100 (the first of equals); only it is evaluated on the test users.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from vaecf import log
+from vaecf.errors import VaecfError
+from vaecf.io import open_input, open_input_file, read_manifest
+from vaecf.tuning.space import SEARCHABLE
+
+OBJECTIVE = "ndcg_at_100"
+VAL_KEYS = ("ndcg_at_100", "recall_at_20", "recall_at_50")
+
+
+def record(index: int, model: str, train_manifest: Mapping[str, Any],
+           val: Mapping[str, Any]) -> dict[str, Any]:
+    """One trial's record from its train manifest and its validation metrics.
+
+    Args:
+      val: metric key -> mean (the trainer's ``best_val``) or -> {"mean", "stderr"} (a
+        ``metrics.json`` of ``vaecf evaluate --subset val``).
+    """
+    parameters = train_manifest.get("parameters") or {}
+    values = {}
+    for key in VAL_KEYS:
+        value = val.get(key)
+        value = value.get("mean") if isinstance(value, dict) else value
+        if not (isinstance(value, int | float) and math.isfinite(value)):
+            raise VaecfError(f"trial {index} ({model}): no validation {key}")
+        values[key] = float(value)
+    return {"trial": index, "params": {k: parameters.get(k) for k in SEARCHABLE},
+            "val": values, "best_epoch": train_manifest.get("best_epoch"), "model": model}
+
+
+def collect(models: list[str], evaluations: list[str], stack: ExitStack
+            ) -> list[dict[str, Any]]:
+    """Records of trials trained elsewhere (the KFP sweep), each model with its evaluation.
+
+    An evaluation's manifest names the model it scored; where those names are the given
+    models (KFP mounts an artifact at the same path in every step), they pair the two lists
+    whatever their order, else the lists pair in order.
+    """
+    if len(models) != len(evaluations):
+        raise VaecfError(f"--collect-models ({len(models)}) and --collect-evaluations "
+                         f"({len(evaluations)}) must pair up one to one")
+    scored: list[tuple[str, dict[str, Any]]] = []
+    for evaluation in evaluations:
+        directory = stack.enter_context(open_input(evaluation))
+        manifest = read_manifest(directory, "evaluate", required=["metrics.json"])
+        metrics = json.loads((directory / "metrics.json").read_text())
+        if metrics.get("subset") != "val":
+            raise VaecfError(f"{evaluation}: evaluated on '{metrics.get('subset')}' users; "
+                             "trials are compared on validation users only")
+        scored.append((str(manifest["inputs"].get("model")), metrics))
+    by_path = sorted(path for path, _ in scored) == sorted(set(models))
+    if not by_path:
+        log.warning("vaecf tune: warning: the evaluations name other model paths than "
+                    "--collect-models; pairing the two lists in order")
+    ordered = [dict(scored)[m] for m in models] if by_path else [m for _, m in scored]
+    return [record(index, model, read_manifest(stack.enter_context(open_input(model)), "train"),
+                   metrics) for index, (model, metrics) in enumerate(zip(models, ordered,
+                                                                        strict=True))]
+
+
+def mark_best(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Flag the trial with the highest validation NDCG@100 (first of equals); return it."""
+    if not records:
+        raise VaecfError("no trials to choose from")
+    best = max(records, key=lambda r: (r["val"][OBJECTIVE], -r["trial"]))
+    for entry in records:
+        entry["best"] = entry is best
+    return best
+
+
+def write_trials(path: Path, records: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+
+def read_trials(uri: str) -> list[dict[str, Any]]:
+    """``trials.jsonl``, checked: every line a trial with params and validation metrics."""
+    with open_input_file(uri) as path:
+        lines = path.read_text(errors="replace").splitlines()
+    found = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            entry = json.loads(line)
+        except ValueError as err:
+            raise VaecfError(f"{uri}: line {number}: not valid JSON ({err})") from None
+        ok = (isinstance(entry, dict) and isinstance(entry.get("params"), dict)
+              and isinstance(entry.get("val"), dict)
+              and all(isinstance(entry["val"].get(k), int | float) for k in VAL_KEYS))
+        if not ok:
+            raise VaecfError(f"{uri}: line {number}: expected a trial with 'params' and "
+                             f"'val' ({', '.join(VAL_KEYS)})")
+        found.append(entry)
+    if not found:
+        raise VaecfError(f"{uri}: no trials")
+    return found

@@ -1,0 +1,113 @@
+"""``vaecf tune`` on a planted split: local trials, the KFP fan-in mode, the report's trials."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from pathlib import Path
+
+import pytest
+import stage_checks
+
+from vaecf.io import read_manifest
+
+SPACE = {"beta_cap": [0.0, 0.3], "learning_rate": [0.003], "dropout": [0.5],
+         "hidden": [32], "latent": [8], "epochs": [2, 3]}
+assert_failed = partial(stage_checks.assert_failed, "tune")
+
+
+@pytest.fixture(scope="module")
+def tuned(synthetic_split, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """(split, tune output): 3 of the space's 4 grid points, drawn with seed 5."""
+    from vaecf.cli import main
+
+    split = synthetic_split(n_users=600, n_items=300, seed=0)
+    out = tmp_path_factory.mktemp("tune") / "tuned"
+    code = main(["tune", "--split", str(split), "--output", str(out), "--space",
+                 json.dumps(SPACE), "--trials", "3", "--seed", "5", "--batch-size", "100",
+                 "--baselines", "popularity"])
+    assert code == 0
+    return split, out
+
+
+def read_trials(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
+
+
+def test_every_trial_is_recorded_and_only_the_best_is_tested(tuned) -> None:
+    from vaecf.tuning.space import trials
+
+    _, out = tuned
+    records = read_trials(out)
+    expected = trials(SPACE, 3, 5)
+    assert len(records) == 3 and [r["trial"] for r in records] == [0, 1, 2]
+    for entry, trial in zip(records, expected, strict=True):
+        model = read_manifest(out / entry["model"], "train")
+        assert {k: entry["params"][k] for k in trial} == trial  # what was searched
+        assert entry["params"]["anneal_steps"] == model["parameters"]["anneal_steps"]
+        assert entry["val"] == model["best_val"] and entry["best_epoch"] == model["best_epoch"]
+    best = max(records, key=lambda r: r["val"]["ndcg_at_100"])
+    assert [r["best"] for r in records] == [r is best for r in records]
+    metrics = json.loads((out / "test" / "metrics.json").read_text())
+    assert metrics["subset"] == "test" and metrics["model"].endswith(best["model"])
+    assert set(metrics["baselines"]) == {"popularity"}
+    manifest = read_manifest(out, "tune")
+    assert manifest["best"]["trial"] == best["trial"]
+    assert manifest["test"]["ndcg_at_100"] == metrics["ndcg_at_100"]
+    assert not any(p.name.startswith("scratch") for p in out.parent.iterdir())
+
+
+def test_the_kfp_fan_in_picks_the_same_best_from_val_evaluations(tuned, cli, tmp_path: Path  # type: ignore[no-untyped-def]
+                                                                  ) -> None:
+    split, out = tuned
+    records = read_trials(out)
+    models = [str(out / r["model"]) for r in records]
+    evaluations = []
+    for index, model in enumerate(models):
+        target = tmp_path / f"val-{index}"
+        code, _, err = cli("evaluate", "--split", split, "--model", model, "--subset", "val",
+                           "--output", target)
+        assert code == 0, err
+        evaluations.append(str(target))
+    code, _, err = cli("tune", "--split", split, "--output", tmp_path / "fan-in",
+                       "--collect-models", *models,  # evaluations paired by the model they name
+                       "--collect-evaluations", *reversed(evaluations), "--baselines")
+    assert code == 0, err
+    collected = read_trials(tmp_path / "fan-in")
+    assert [r["best"] for r in collected] == [r["best"] for r in records]
+    for mine, local in zip(collected, records, strict=True):
+        assert mine["params"] == local["params"]  # read back from each model's manifest
+        for key, value in local["val"].items():  # the SavedModel vs the trainer's weights
+            assert mine["val"][key] == pytest.approx(value, abs=1e-5)
+
+
+def test_report_shows_every_trial(tuned, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    split, out = tuned
+    code, _, err = cli("report", "--output", tmp_path / "report", "--trials",
+                       out / "trials.jsonl", "--metrics", out / "test" / "metrics.json",
+                       "--manifests", split, out)
+    assert code == 0, err
+    data = json.loads((tmp_path / "report" / "report.json").read_text())
+    # anneal_steps varies too: train resolves its default from the epochs and the cap
+    assert data["tuning"]["searched"] == ["anneal_steps", "beta_cap", "epochs"]
+    assert len(data["tuning"]["trials"]) == 3
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    best = next(r for r in read_trials(out) if r["best"])
+    assert f"| {best['trial']} (best) |" in markdown
+    assert "Tuning: the best of 3 trials by validation NDCG@100" in markdown
+    assert markdown.count("data:image/png") == 0  # plots go to the HTML only
+    assert "Validation NDCG@100 of every trial" in (tmp_path / "report" / "report.html"
+                                                    ).read_text()
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--space", '{"momentum": [0.9]}'], "--space: unknown hyperparameter 'momentum'"),
+    (["--space", '{"dropout": [1.5]}'], "--space: dropout 1.5: expected a number >= 0 and < 1"),
+    (["--trials", "0"], "--trials: expected >= 1, got 0"),
+    (["--collect-models", "a", "b", "--collect-evaluations", "c"],
+     "--collect-models (2) and --collect-evaluations (1) must pair up one to one")])
+def test_bad_flags_fail_with_one_line(synthetic_split, cli, tmp_path: Path, flags: list[str],  # type: ignore[no-untyped-def]
+                                      message: str) -> None:
+    result = cli("tune", "--split", synthetic_split(n_users=600, n_items=300, seed=0),
+                 "--output", tmp_path / "out", *flags)
+    assert_failed(result, tmp_path / "out", message)
