@@ -205,14 +205,35 @@ def test_an_output_name_is_never_a_pattern(tmp_path: Path, pattern: str) -> None
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["o1", pattern])
 
 
+OTHER_RUN = """
+import sys
+from vaecf.errors import VaecfError
+from vaecf.io import publish
+try:
+    with publish(sys.argv[1], "toy_manifest.json"):
+        pass
+except VaecfError as err:
+    print(err)
+"""
+
+
 def test_an_output_inside_another_runs_staging_is_refused(tmp_path: Path) -> None:
     with publish(str(tmp_path / "o1"), TOY) as live:
-        with pytest.raises(VaecfError, match="inside the working area of another vaecf run"), \
-                publish(str(live.parent / "evil"), TOY):
-            pass
+        other = subprocess.run([sys.executable, "-c", OTHER_RUN, str(live.parent / "evil")],
+                               capture_output=True, text=True, check=True, timeout=120)
+        assert "inside the working area of another vaecf run" in other.stdout
         assert sorted(p.name for p in live.parent.iterdir()) == ["out"]
         _write_stage(live, b"o1")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o1"]
+
+
+def test_a_stage_may_publish_inside_its_own_staging(tmp_path: Path) -> None:
+    """``vaecf tune`` publishes each trial's model inside its own staging area."""
+    with publish(str(tmp_path / "tuned"), TOY) as staging:
+        with publish(str(staging / "trials" / "trial-000"), TOY) as nested:
+            _write_stage(nested, b"trial")
+        _write_stage(staging, b"tuned")
+    assert (tmp_path / "tuned" / "trials" / "trial-000" / "data.bin").read_bytes() == b"trial"
 
 
 def test_a_long_name_is_published_or_refused_up_front(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from vaecf.errors import VaecfError
@@ -29,6 +30,10 @@ S3_KEY_MAX = 1024  # bytes in an S3 key
 # The working areas of vaecf's own runs (publish.py, open_input): never an output's home.
 VAECF_AREA = re.compile(r"\..+\.(staging|old)-[a-z0-9_]{8}|vaecf-(publish|input)-[0-9]+-.+",
                         re.DOTALL)
+# The working areas this process holds: a stage may publish other stages' outputs inside its
+# own staging (``vaecf tune`` publishes each trial's model there); only another run's are off
+# limits.
+_HELD: set[Path] = set()
 
 
 def check_output(output: str, manifest: str, inputs: Iterable[str | None] = ()) -> None:
@@ -57,6 +62,17 @@ def _refuse(output: str, why: str) -> VaecfError:
     return VaecfError(f"{output}: {why}; nothing was written")
 
 
+@contextmanager
+def holding(area: Path) -> Iterator[None]:
+    """While the block runs, ``area`` (a working area this process made) is its own."""
+    real = area.resolve()
+    _HELD.add(real)
+    try:
+        yield
+    finally:
+        _HELD.discard(real)
+
+
 def resolved(path: Path, uri: str) -> Path:
     """``path.resolve()``, with a symbolic link loop refused in one line."""
     try:
@@ -83,7 +99,7 @@ def _check_local(output: str, manifest: str, inputs: list[str]) -> None:
             raise _refuse(output, f"would replace this stage's input {uri}")
         if source in real.parents:
             raise _refuse(output, f"lies inside this stage's input {uri}")
-    if any(VAECF_AREA.fullmatch(part) for part in real.parts):
+    if any(VAECF_AREA.fullmatch(p.name) and p not in _HELD for p in (real, *real.parents)):
         raise _refuse(output, "lies inside the working area of another vaecf run")
     anchor = next(p for p in real.parents if p.exists())
     if not real.exists() and not (anchor.is_dir() and os.access(anchor, os.W_OK | os.X_OK)):

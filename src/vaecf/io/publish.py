@@ -19,7 +19,7 @@ from pathlib import Path
 
 from vaecf.errors import VaecfError
 from vaecf.io import storage
-from vaecf.io.location import NAME_MAX, check_output, local_path
+from vaecf.io.location import NAME_MAX, check_output, holding, local_path
 from vaecf.io.locks import busy, lease, lock_file, lock_held, pid_alive
 from vaecf.io.paths import inside
 
@@ -47,7 +47,7 @@ def publish(output: str, manifest: str, inputs: Iterable[str | None] = ()) -> It
         storage.check_bucket(output)
     check_output(output, manifest, sources)
     if storage.is_s3(output):
-        with lease(output) as held, _private_tmp("publish") as area:
+        with lease(output) as held, _private_tmp("publish") as area, holding(area):
             staging = area / "out"
             staging.mkdir()
             with _writing(output, f"$TMPDIR ({area})"):
@@ -138,7 +138,8 @@ def _local_area(target: Path, output: str) -> Iterator[Path]:
         except OSError as err:
             raise VaecfError(f"{output}: output is not writable ({err.strerror})") from err
         try:
-            yield area
+            with holding(area):
+                yield area
         finally:
             shutil.rmtree(area, ignore_errors=True)
     finally:
