@@ -290,3 +290,17 @@ def test_blocked_chunk_never_sorts_whole_rows_but_in_its_fallback() -> None:
     assert any(op.type in ("If", "StatelessIf") for op in ops)
 
 
+@pytest.mark.parametrize("blocked", [True, False])
+def test_top_k_indices_become_int64_at_once(blocked: bool) -> None:
+    # A GPU keeps int32 tensors in host memory for Reshape, StridedSlice, AddV2, Identity
+    # (TensorFlow 2.17's GPU kernel registry): TopK's int32 indices may only feed a Cast.
+    from vaecf.metrics.batched import ChunkMetrics
+
+    chunk = ChunkMetrics(20_108, METRICS, top_k=10, blocked_top_k=blocked)
+    graph = chunk._fn.get_concrete_function().graph
+    tops = [op for op in graph.get_operations() if op.type == "TopKV2"]
+    assert tops
+    for op in tops:
+        assert {c.type for c in op.outputs[1].consumers()} == {"Cast"}, op.name
+
+

@@ -101,13 +101,14 @@ class ChunkMetrics:
         top_scores, top_items = top_k(masked, self.k, self.blocked_top_k)
         ranked = top_scores > -np.inf
         rows = tf.range(tf.shape(scores, out_type=tf.int64)[0])[:, None]
-        wanted = tf.reshape(rows * self.n_items + tf.cast(top_items, tf.int64), [-1])
+        wanted = tf.reshape(rows * self.n_items + top_items, [-1])
         found = tf.gather(hold_keys, tf.searchsorted(hold_keys, wanted)) == wanted
         hits = tf.cast(tf.reshape(found, tf.shape(top_items)) & ranked, tf.float64)
         out = {key: self._metric(kind, k, hits, n_holdout) for key, kind, k in self.metrics}
         out["finite"] = finite
         if self.top_k is not None:
-            out["top_items"] = tf.where(ranked[:, :self.top_k], top_items[:, :self.top_k], -1)
+            out["top_items"] = tf.cast(tf.where(ranked[:, :self.top_k], top_items[:, :self.top_k],
+                                                tf.constant(-1, tf.int64)), tf.int32)
             out["top_scores"] = top_scores[:, :self.top_k]
         return out
 
@@ -126,16 +127,25 @@ class ChunkMetrics:
 
 
 def top_k(scores: tf.Tensor, k: int, blocked: bool) -> tuple[tf.Tensor, tf.Tensor]:
-    """``tf.math.top_k(scores, k)``: float32 (B, k) values and int32 (B, k) column indices by
+    """``tf.math.top_k(scores, k)``: float32 (B, k) values and int64 (B, k) column indices by
     rank, equal scores in column order; with ``blocked``, the same result in two stages where
     there are enough blocks (``block_top_k``), falling back to the whole rows only when a
-    block's candidates ran out (rare on real scores; e.g. all scores equal)."""
+    block's candidates ran out (rare on real scores; e.g. all scores equal). The fallback's
+    condition is read on the host once per chunk.
+
+    Indices are int64 from the start: a GPU keeps int32 tensors in host memory for most ops
+    (Reshape, StridedSlice, AddV2, Identity), so int32 indices would cross to the host.
+    """
     n = int(scores.shape[1])
     if not blocked or k < 100 or -(-n // BLOCK_ITEMS) * BLOCK_K < 4 * k:
-        return tuple(tf.math.top_k(scores, k=k, sorted=True))
+        return _top_k(scores, k)
     values, indices, exhausted = block_top_k(scores, k)
-    return tf.cond(exhausted, lambda: tuple(tf.math.top_k(scores, k=k, sorted=True)),
-                   lambda: (values, indices))
+    return tf.cond(exhausted, lambda: _top_k(scores, k), lambda: (values, indices))
+
+
+def _top_k(scores: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor]:
+    values, indices = tf.math.top_k(scores, k=k, sorted=True)
+    return values, tf.cast(indices, tf.int64)
 
 
 def block_top_k(scores: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -152,14 +162,14 @@ def block_top_k(scores: tf.Tensor, k: int) -> tuple[tf.Tensor, tf.Tensor, tf.Ten
       k: 1 <= k <= blocks x BLOCK_K.
 
     Returns:
-      float32 (B, k) values, int32 (B, k) columns, and a bool scalar: the result may be wrong.
+      float32 (B, k) values, int64 (B, k) columns, and a bool scalar: the result may be wrong.
     """
     n = int(scores.shape[1])
     blocks = -(-n // BLOCK_ITEMS)
     padded = tf.pad(scores, [[0, 0], [0, blocks * BLOCK_ITEMS - n]],
                     constant_values=-np.inf)
-    per_block, local = tf.math.top_k(tf.reshape(padded, [-1, blocks, BLOCK_ITEMS]), k=BLOCK_K)
-    columns = local + tf.range(blocks, dtype=tf.int32)[:, None] * BLOCK_ITEMS
-    values, chosen = tf.math.top_k(tf.reshape(per_block, [-1, blocks * BLOCK_K]), k=k)
+    per_block, local = _top_k(tf.reshape(padded, [-1, blocks, BLOCK_ITEMS]), BLOCK_K)
+    columns = local + tf.range(blocks, dtype=tf.int64)[:, None] * BLOCK_ITEMS
+    values, chosen = _top_k(tf.reshape(per_block, [-1, blocks * BLOCK_K]), k)
     indices = tf.gather(tf.reshape(columns, [-1, blocks * BLOCK_K]), chosen, batch_dims=1)
     return values, indices, tf.reduce_any(chosen % BLOCK_K == BLOCK_K - 1)
