@@ -75,7 +75,7 @@ def test_rerun_is_identical_and_top_k_skips_fold_in(synthetic_split, cli, tmp_pa
     seconds = timing["steady_seconds"]  # rounded to the millisecond
     assert timing["steady_users"] / (seconds + 5e-4) <= rate <= (
         timing["steady_users"] / max(seconds - 5e-4, 1e-9))
-    assert timing["steady_rate"].startswith(f"{timing['steady_chunks']} whole chunks")
+    assert timing["steady_rate"].startswith(f"{timing['steady_chunks']} whole chunk")
     assert timing["process_seconds_before_stage"] > 0  # this test process imported TF first
     parquet = [(tmp_path / run / "top_k.parquet").read_bytes() for run in ("a", "b")]
     assert parquet[0] == parquet[1]

@@ -172,9 +172,10 @@ def _timing(before: float, load: float, main: Evaluation) -> dict[str, object]:
 def _steady_rate(main: Evaluation) -> str:
     """What ``users_per_second`` was made of, or why there is none, in words."""
     chunks = f"chunks of {main.batch_users:,} users"
+    steady = len(main.steady_chunks)
     if main.users_per_second is not None:
-        return (f"{len(main.steady_chunks)} whole {chunks} after the first (start-up and a "
-                "partial last chunk left out)")
+        return (f"{steady} whole chunk{'s' if steady > 1 else ''} of {main.batch_users:,} "
+                "users after the first (start-up and a partial last chunk left out)")
     return (f"none: {main.users_evaluated:,} users make no whole chunk after the first in "
             f"{chunks}; evaluate more users or pass a smaller --batch-users")
 
