@@ -215,6 +215,23 @@ def test_rendered_jobs_carry_their_parameters() -> None:
         "--compression", "fp16"]
 
 
+@pytest.mark.parametrize("forward", [["-x", "NCCL_DEBUG=WARN"], []])
+def test_nccl_debug_comes_from_the_env_whatever_the_template_forwards(forward) -> None:
+    # An older template forwarding NCCL_DEBUG=WARN by value, or one not forwarding it: the
+    # rank's NCCL_DEBUG is the launcher env's, which the job sets.
+    template = render.load_template(MANIFESTS / "mpijob.yaml")
+    launcher = pod(template, "Launcher")["containers"][0]
+    at = launcher["args"].index("NCCL_DEBUG")
+    launcher["args"][at - 1:at + 1] = forward
+    launcher["env"] = [e for e in launcher["env"] if e["name"] != "NCCL_DEBUG"]
+    job = render.render(template, params(nccl_debug="INFO"))
+    rendered = pod(job, "Launcher")["containers"][0]
+    args = rendered["args"][:rendered["args"].index("vaecf")]
+    assert [args[i + 1] for i, a in enumerate(args) if a == "-x"].count("NCCL_DEBUG") == 1
+    assert not any(a.startswith("NCCL_DEBUG=") for a in args)
+    assert {"name": "NCCL_DEBUG", "value": "INFO"} in rendered["env"]
+
+
 def rbac() -> dict[str, dict[str, Any]]:
     docs = list(yaml.safe_load_all((MANIFESTS / "base" / "rbac.yaml").read_text()))
     return {doc["kind"]: doc for doc in docs}
