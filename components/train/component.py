@@ -13,9 +13,11 @@ from components.images import DEFAULT
 @dsl.container_component
 def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image: str,
           s3_bucket: str, s3_prefix: str, workers: str = "2", gpus_per_worker: str = "1",
-          epochs: str = "100", batch_size: str = "500", precision: str = "fp32",
-          seed: str = "98765", s3_secret: str = "vaecf-s3",
-          timeout_seconds: int = 172800, hyperparameters: str = "{}") -> dsl.ContainerSpec:
+          epochs: str = "100", batch_per_rank: str = "1024", lr_scaling: str = "sqrt",
+          precision: str = "fp32", seed: str = "98765", compression: str = "none",
+          nccl_debug: str = "WARN", s3_secret: str = "vaecf-s3",
+          timeout_seconds: int = 172800, hyperparameters: str = "{}"
+          ) -> dsl.ContainerSpec:
     """Train Mult-VAE on ``workers`` x ``gpus_per_worker`` GPUs and publish the model.
 
     Args:
@@ -27,9 +29,14 @@ def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image:
       s3_bucket: bucket the MPIJob's pods read the split from and write the model to.
       s3_prefix: key prefix inside ``s3_bucket``.
       s3_secret: Secret with the S3 credentials, passed to the MPIJob by reference.
-      batch_size: global batch (split across all ranks).
-      workers, gpus_per_worker, epochs, batch_size, seed: decimal integers as text, so that
-        `kfp run submit key=value` can set them; `vaecf launch-mpijob` parses and checks them.
+      batch_per_rank: users per step on each rank (one rank per GPU); the global batch is
+        this x workers x GPUs per worker.
+      lr_scaling: how the learning rate follows the global batch (none, sqrt, linear).
+      compression: gradient allreduce format, none or fp16 (for workers on several hosts).
+      nccl_debug: NCCL_DEBUG of every rank (INFO names the transport NCCL chose).
+      workers, gpus_per_worker, epochs, batch_per_rank, seed: decimal integers as text, so
+        that `kfp run submit key=value` can set them; `vaecf launch-mpijob` parses and checks
+        them.
       timeout_seconds: the job is deleted and the step fails after this long.
       hyperparameters: a tuning trial's settings as JSON (``{"beta_cap": 0.3, ...}``; keys
         of ``vaecf.tuning.space.SEARCHABLE``); ``epochs`` there replaces ``epochs``.
@@ -41,7 +48,9 @@ def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image:
               "--store", dsl.ConcatPlaceholder(["s3://", s3_bucket, "/", s3_prefix]),
               "--run-id", run_id, "--image", train_image,
               "--workers", workers, "--gpus-per-worker", gpus_per_worker,
-              "--epochs", epochs, "--batch-size", batch_size, "--precision", precision,
-              "--seed", seed, "--secret-name", s3_secret, "--timeout", timeout_seconds,
+              "--epochs", epochs, "--batch-per-rank", batch_per_rank,
+              "--lr-scaling", lr_scaling, "--precision", precision, "--seed", seed,
+              "--compression", compression, "--nccl-debug", nccl_debug,
+              "--secret-name", s3_secret, "--timeout", timeout_seconds,
               "--hyperparameters", hyperparameters],
     )

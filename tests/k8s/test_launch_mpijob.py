@@ -59,7 +59,7 @@ def argv(env: dict[str, Any], *extra: str) -> list[str]:
     return ["launch-mpijob", "--split", str(env["split"]), "--output", str(env["output"]),
             "--store", f"s3://{env['bucket']}/runs", "--run-id", RUN_ID, "--image", IMAGE,
             "--namespace", "team-a", "--workers", "2", "--gpus-per-worker", "1",
-            "--epochs", "3", "--batch-size", "64", *extra]
+            "--epochs", "3", "--batch-per-rank", "32", *extra]
 
 
 def serve(env: dict[str, Any], monkeypatch: pytest.MonkeyPatch, scenario: Scenario
@@ -83,6 +83,14 @@ def test_succeeded_streams_the_log_and_publishes_the_model(env, cli, monkeypatch
     assert post.body is not None and post.body["metadata"]["name"] == JOB
     store = f"s3://{env['bucket']}/runs/{JOB}"
     assert train_output(post.body) == f"{store}/model"
+    launcher = post.body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"][
+        "containers"][0]
+    args = launcher["args"]
+    # 2 ranks x 32 users; the default rule scales 1e-3 at 500 users by sqrt(64 / 500)
+    assert args[args.index("--batch-size") + 1] == "64"
+    assert args[args.index("--learning-rate") + 1] == "0.000357771"
+    assert "--compression" not in args  # none: the trainer's default
+    assert {"name": "NCCL_DEBUG", "value": "WARN"} in launcher["env"]
     assert storage.list_keys(f"{store}/split") == ["_SUCCESS", "dataset_manifest.json",
                                                    "train.npz"]
     assert server.cluster.seen("DELETE") == []
@@ -158,8 +166,10 @@ def test_sigterm_deletes_the_job(env, monkeypatch) -> None:
 
 @pytest.mark.parametrize(("extra", "message"), [
     (["--workers", "0"], "--workers 0: expected 1..1024"),
-    (["--batch-size", "63"], "--batch-size 63: the global batch must be a multiple of the "
-                             "world size 2"),
+    (["--batch-per-rank", "0"], "--batch-per-rank 0: expected >= 1"),
+    (["--lr-scaling", "cubic"], "--lr-scaling 'cubic': expected one of none, sqrt, linear"),
+    (["--compression", "fp8"], "--compression 'fp8': expected one of none, fp16"),
+    (["--nccl-debug", "LOUD"], "--nccl-debug 'LOUD': expected one of VERSION, WARN, INFO"),
     (["--store", "s3://ab"], "s3://ab/vaecf-train-"),
     (["--image", "Not An Image"], "--image 'Not An Image': expected registry/name"),
     (["--slots-per-worker", "2"], "--slots-per-worker 2: must equal --gpus-per-worker 1"),

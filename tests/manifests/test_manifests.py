@@ -78,11 +78,11 @@ def params(**change: Any) -> render.MPIJobParams:
 
 RENDERED = {
     "2x1-gpu": params(),
-    "4x4-gpu": params(workers=4, gpus_per_worker=4, slots_per_worker=4, batch_size=1024,
-                      xla=True),
-    "3x0-cpu": params(workers=3, gpus_per_worker=0, slots_per_worker=2, batch_size=600,
-                      precision="fp32"),
-    "1x8-bf16": params(workers=1, gpus_per_worker=8, slots_per_worker=8,
+    "4x4-gpu": params(workers=4, gpus_per_worker=4, slots_per_worker=4, batch_per_rank=2048,
+                      xla=True, nccl_debug="INFO"),
+    "3x0-cpu": params(workers=3, gpus_per_worker=0, slots_per_worker=2, batch_per_rank=100,
+                      lr_scaling="none", precision="fp32"),
+    "1x8-bf16": params(workers=1, gpus_per_worker=8, slots_per_worker=8, lr_scaling="linear",
                        precision="mixed_bfloat16", secret_name="minio-creds"),
 }
 
@@ -183,6 +183,18 @@ def test_mpirun_world_matches_the_job_and_train_flags_parse(name) -> None:
     train = build_parser("train").parse_args(command[2:])
     assert (train.expect_world_size, train.expect_hosts) == (workers * slots, workers)
     assert train.batch_size % (workers * slots) == 0  # the trainer splits the global batch
+    # The global batch and learning rate are explicit numbers, following the rule the job
+    # was made with (the shipped files: the defaults, vaecf.k8s.render).
+    made = RENDERED.get(name.removeprefix("rendered-"), params(
+        workers=workers, slots_per_worker=slots, gpus_per_worker=int(gpus or 0)))
+    assert (train.batch_size, train.learning_rate) == (made.batch_size, made.learning_rate)
+    if name.startswith("rendered-"):
+        assert train.batch_size == made.batch_per_rank * workers * slots
+    # NCCL_DEBUG is set in the launcher's env (visible, overridable) and forwarded by name.
+    assert args[args.index("NCCL_DEBUG") - 1] == "-x"
+    assert not any(arg.startswith("NCCL_DEBUG=") for arg in args)
+    env = {e["name"]: e.get("value") for e in launcher["env"]}
+    assert env["NCCL_DEBUG"] == (made.nccl_debug if name.startswith("rendered-") else "WARN")
     assert train.split.startswith("s3://") and train.output.startswith("s3://")
     for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
         assert args[args.index(variable) - 1] == "-x"  # forwarded to the ranks over ssh
@@ -198,6 +210,26 @@ def test_rendered_jobs_carry_their_parameters() -> None:
     assert {c["image"] for r in ROLES for c in pod(job, r)["containers"]} == {
         RENDERED["1x8-bf16"].image}
     assert "--xla" in pod(JOBS["rendered-4x4-gpu"], "Launcher")["containers"][0]["args"]
+    assert "--compression" not in pod(job, "Launcher")["containers"][0]["args"]  # none
+    assert render.train_command(params(workers=4, compression="fp16"))[-2:] == [
+        "--compression", "fp16"]
+
+
+@pytest.mark.parametrize("forward", [["-x", "NCCL_DEBUG=WARN"], []])
+def test_nccl_debug_comes_from_the_env_whatever_the_template_forwards(forward) -> None:
+    # An older template forwarding NCCL_DEBUG=WARN by value, or one not forwarding it: the
+    # rank's NCCL_DEBUG is the launcher env's, which the job sets.
+    template = render.load_template(MANIFESTS / "mpijob.yaml")
+    launcher = pod(template, "Launcher")["containers"][0]
+    at = launcher["args"].index("NCCL_DEBUG")
+    launcher["args"][at - 1:at + 1] = forward
+    launcher["env"] = [e for e in launcher["env"] if e["name"] != "NCCL_DEBUG"]
+    job = render.render(template, params(nccl_debug="INFO"))
+    rendered = pod(job, "Launcher")["containers"][0]
+    args = rendered["args"][:rendered["args"].index("vaecf")]
+    assert [args[i + 1] for i, a in enumerate(args) if a == "-x"].count("NCCL_DEBUG") == 1
+    assert not any(a.startswith("NCCL_DEBUG=") for a in args)
+    assert {"name": "NCCL_DEBUG", "value": "INFO"} in rendered["env"]
 
 
 def rbac() -> dict[str, dict[str, Any]]:

@@ -23,7 +23,7 @@ from components.images import Images, load_digests
 from pipelines.vaecf_pipeline import compile_pipeline
 from vaecf import cli
 from vaecf.cli import build_parser
-from vaecf.k8s import kfp_report
+from vaecf.k8s import kfp_report, render
 from vaecf.stages import MAX_SEED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,8 +135,11 @@ def test_every_flag_parses_with_the_real_cli(compiled, task) -> None:
     if task == "train":
         assert (args.store, args.run_id, args.workers, args.gpus_per_worker) == (
             "s3://vaecf/runs", RUN_ID, 2, 1)
-        assert (args.epochs, args.batch_size, args.precision, args.secret_name) == (
-            50, 500, "fp32", "vaecf-s3")
+        assert (args.epochs, args.precision, args.secret_name) == (50, "fp32", "vaecf-s3")
+        # the MPIJob's multi-GPU defaults (vaecf.k8s.render), kept in step with the pipeline's
+        assert (args.batch_per_rank, args.lr_scaling) == (render.BATCH_PER_RANK,
+                                                          render.LR_SCALING)
+        assert (args.compression, args.nccl_debug) == ("none", "WARN")
         assert args.image == Images().train and args.output == "/kfp/model"
     if task == "evaluate":
         assert (args.split, args.model, args.output) == ("/kfp/split", "/kfp/model",
@@ -145,7 +148,7 @@ def test_every_flag_parses_with_the_real_cli(compiled, task) -> None:
 
 @pytest.mark.parametrize("task, name", [("download", "seed"), ("split", "seed"),
                                         ("train", "seed"), ("train", "epochs"),
-                                        ("train", "batch_size"), ("train", "workers"),
+                                        ("train", "batch_per_rank"), ("train", "workers"),
                                         ("train", "gpus_per_worker")])
 def test_a_number_parameter_given_as_text_is_checked_by_the_stage(compiled, task, name,
                                                                   capsys) -> None:

@@ -13,7 +13,8 @@ from vaecf.train.benchmark import BenchmarkConfig, train_command
 
 RUN_FIELDS = {"precision", "world_size", "batch_size", "repeat", "status", "users_per_second",
               "steps_per_second", "epoch_seconds", "input_share", "time_to_target_seconds",
-              "bound_fraction", "bound_users_per_second", "measured_epochs", "measured_steps"}
+              "bound_fraction", "bound_users_per_second", "measured_epochs", "measured_steps",
+              "lr_scaling", "learning_rate", "epochs_to_target"}
 
 
 def _config(**changes: object) -> BenchmarkConfig:
@@ -38,6 +39,26 @@ def test_train_command_uses_flags_train_accepts(tmp_path: Path, changes: dict) -
         assert (args.epochs, args.validate_every, args.steps_per_epoch) == (3, 1, None)
     else:  # one warm-up epoch + one measured epoch of 3 steps
         assert (args.epochs, args.steps_per_epoch) == (2, 3)
+
+
+@pytest.mark.parametrize(("batch", "rule", "lr"), [(4000, "none", 1e-3), (4000, "sqrt", 2.82843e-3),
+                                                   (4000, "linear", 8e-3), (250, "linear", 5e-4)])
+def test_each_run_scales_its_learning_rate_with_the_global_batch(tmp_path: Path, batch: int,
+                                                                 rule: str, lr: float) -> None:
+    # 1e-3 at 500 users per step (one device), scaled by rule: sqrt(8) = 2.828427...
+    config = _config(lr_scalings=("none", "sqrt", "linear"))
+    command = train_command(config, tmp_path / "split", tmp_path / "run", "fp32", 2, batch, rule)
+    args = build_parser("train").parse_args(command[command.index("train") + 1:])
+    assert (args.batch_size, args.learning_rate) == (batch, lr)
+
+
+def test_lr_scaling_refuses_an_unknown_rule() -> None:
+    from vaecf.train.scaling import scaled_learning_rate
+
+    with pytest.raises(ValueError, match="unknown learning-rate scaling 'cubic'"):
+        scaled_learning_rate(1000, "cubic")
+    with pytest.raises(ValueError, match="global batch must be >= 1"):
+        scaled_learning_rate(0, "none")
 
 
 @pytest.mark.slow
@@ -67,10 +88,13 @@ def test_benchmark_runs_the_trainer_and_the_report_renders_it(cli, tmp_path: Pat
         assert run["users_per_second"] == pytest.approx(log[1]["users_per_second"])
         # every epoch validated; NDCG@100 >= 0 holds at the first (warm-up included)
         assert run["time_to_target_seconds"] == pytest.approx(log[0]["epoch_seconds"])
+        assert run["epochs_to_target"] == 1
+        assert (run["lr_scaling"], run["learning_rate"]) == ("none", 1e-3)
     (single, double) = bench["configs"]
     assert single["users_per_second"]["median"] == bench["runs"][0]["users_per_second"]
     assert bench["split"]["synthetic"] and bench["split"]["n_items"] <= 150
     assert bench["compute_bound"]["matmul_flops_per_second"]["fp32"] > 0
+    assert bench["compute_bound"]["matmul_probe"] == {"size": 2048, "products_per_sync": 1}
     assert {"cpu_model", "cpu_cores", "gpu_count", "tensorflow", "keras", "horovod",
             "cuda"} <= set(bench["fingerprint"])
     assert (out / "benchmark_manifest.json").is_file()

@@ -47,7 +47,13 @@ def test_ease_beats_popularity(synthetic_split, cli, tmp_path: Path) -> None:  #
     assert ease["users_evaluated"] > 0
     assert (ease["subset"], ease["model"], ease["n_items"]) == ("test", "ease",
                                                                 manifest["n_items"])
-    assert ease["device"].endswith("CPU:0") and ease["users_per_second"] > 0
+    assert ease["device"].endswith("CPU:0")
+    # All users fit the first chunk (4,096): no whole chunk after it, so no steady rate.
+    timing = ease["timing"]
+    assert ease["users_per_second"] is None and timing["users_per_second"] is None
+    assert timing["steady_chunks"] == timing["steady_users"] == 0
+    assert timing["first_chunk_users"] == ease["users_evaluated"]
+    assert timing["steady_rate"].startswith("none: ") and "--batch-users" in timing["steady_rate"]
 
 
 def test_rerun_is_identical_and_top_k_skips_fold_in(synthetic_split, cli, tmp_path: Path
@@ -62,12 +68,20 @@ def test_rerun_is_identical_and_top_k_skips_fold_in(synthetic_split, cli, tmp_pa
     timing = first.pop("timing")
     second.pop("timing")
     assert first == second
-    # start-up is reported apart from the steady per-user rate (after the first chunk of 5)
+    # start-up (the first chunk of 5) and a partial last chunk are apart from the steady rate
+    users = first["users_evaluated"]
     assert timing["first_chunk_users"] == 5 and timing["steady_seconds"] > 0
+    assert timing["steady_chunks"] == users // 5 - 1 >= 1
+    assert timing["steady_users"] == 5 * timing["steady_chunks"]
+    assert timing["partial_chunk_users"] == users % 5
     assert timing["startup_seconds"] == pytest.approx(
         timing["process_seconds_before_stage"] + timing["load_seconds"]
         + timing["first_chunk_seconds"], abs=2e-3)
     assert timing["users_per_second"] == rate
+    seconds = timing["steady_seconds"]  # rounded to the millisecond
+    assert timing["steady_users"] / (seconds + 5e-4) <= rate <= (
+        timing["steady_users"] / max(seconds - 5e-4, 1e-9))
+    assert timing["steady_rate"].startswith(f"{timing['steady_chunks']} whole chunk")
     assert timing["process_seconds_before_stage"] > 0  # this test process imported TF first
     parquet = [(tmp_path / run / "top_k.parquet").read_bytes() for run in ("a", "b")]
     assert parquet[0] == parquet[1]

@@ -48,3 +48,26 @@ def test_a_cpu_host_records_its_cpu() -> None:
     assert machine["gpus"] == []
     assert machine["device"] == (f"CPU {fingerprint.cpu_model()} "
                                  f"({len(os.sched_getaffinity(0))} usable cores)")
+
+
+def test_the_probe_chains_large_products_per_sync_on_a_gpu(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    # One 2048-square product per sync is launch-bound on a GPU (22-45 us of math against
+    # 50-100 us per call): a GPU chains 16 products of 8192-square matrices per sync.
+    monkeypatch.setattr(fingerprint, "gpus", lambda: ["NVIDIA H100 80GB HBM3"])
+    assert fingerprint.probe_shape() == (8192, 16)
+    monkeypatch.setattr(fingerprint, "gpus", lambda: [])
+    assert fingerprint.probe_shape() == (2048, 1)
+
+
+def test_a_chain_is_one_call_of_dependent_products() -> None:
+    import numpy as np
+    import tensorflow as tf
+
+    a = tf.constant(np.arange(4.0).reshape(2, 2), tf.float32)
+    b = tf.constant([[0.0, 1.0], [1.0, 1.0]], tf.float32)
+    graph = fingerprint.matmul_chain(3).get_concrete_function(a, b).graph
+    assert [op.type for op in graph.get_operations()].count("MatMul") == 3
+    # a @ b @ b @ b, element [0, 0]: a[0] = (0, 1) -> (1, 1) -> (1, 2) -> (2, 3).
+    assert float(fingerprint.matmul_chain(3)(a, b)) == 2.0
+    assert fingerprint.matmul_rate("fp32", trials=2, trial_seconds=0.01, shape=(64, 4)) > 0

@@ -169,8 +169,10 @@ def test_every_user_is_evaluated_including_the_last_partial_chunk(engine: str) -
     assert not np.take_along_axis(fold_in.toarray(), result.top_k.item_idx, axis=1).any()
 
 
-@pytest.mark.parametrize(("seed", "n_items"), [(0, 40), (1, 40), (2, 250)])
-def test_tensorflow_chunk_equals_the_reference_per_user(seed: int, n_items: int) -> None:
+@pytest.mark.parametrize(("seed", "n_items", "blocked"),
+                         [(0, 40, False), (1, 40, False), (2, 250, False), (3, 9000, True)])
+def test_tensorflow_chunk_equals_the_reference_per_user(seed: int, n_items: int,
+                                                        blocked: bool) -> None:
     from vaecf.metrics.batched import ChunkMetrics
 
     rng = np.random.default_rng(seed)
@@ -178,7 +180,8 @@ def test_tensorflow_chunk_equals_the_reference_per_user(seed: int, n_items: int)
     # Half the users get continuous scores, half integer scores full of ties.
     scores = rng.normal(size=(23, n_items)).astype(np.float32)
     scores[::2] = np.round(scores[::2])
-    out = ChunkMetrics(n_items, METRICS, top_k=120)(scores, fold_in, holdout)
+    out = ChunkMetrics(n_items, METRICS, top_k=120, blocked_top_k=blocked)(
+        scores, fold_in, holdout)
     top = rank_top_k(scores, fold_in, 120)
     expected = metrics_from_ranking(top, holdout)
     for key, _, _ in METRICS:
@@ -197,15 +200,108 @@ def test_holdout_item_also_in_fold_in_counts_but_never_hits(engine: str) -> None
     assert result.metrics["ndcg_at_100"].mean == pytest.approx(1 / (1 + 1 / LOG2_3), abs=1e-12)
 
 
-def test_users_per_second_leaves_out_the_first_chunk() -> None:
+def test_users_per_second_is_whole_chunks_after_the_first() -> None:
     from vaecf.metrics import Evaluation
 
-    def timed(users: int, first_users: int) -> Evaluation:
-        return Evaluation(metrics={}, users_evaluated=users, users_skipped=0, seconds=3.0,
-                          device="cpu", first_chunk_seconds=2.0, first_chunk_users=first_users)
+    def timed(users: int, batch: int, *chunks: float) -> Evaluation:
+        return Evaluation(metrics={}, users_evaluated=users, users_skipped=0,
+                          seconds=sum(chunks), device="cpu", batch_users=batch,
+                          chunk_seconds=chunks)
 
-    assert timed(1000, 100).users_per_second == 900.0  # 900 users in the last 1 s
-    assert timed(100, 100).users_per_second == pytest.approx(100 / 3.0)  # one chunk: all of it
+    # Chunks of 3: 3 (start-up, 5 s), 3 (1 s), 3 (2 s), 1 (partial, 0.5 s): 6 users in 3 s.
+    ten = timed(10, 3, 5.0, 1.0, 2.0, 0.5)
+    assert ten.users_per_second == 2.0
+    assert (ten.first_chunk_users, ten.first_chunk_seconds) == (3, 5.0)
+    assert ten.steady_chunks == (1.0, 2.0)
+    assert timed(6, 3, 5.0, 1.5).users_per_second == 2.0  # no partial chunk: 3 users / 1.5 s
+    # No whole chunk after the first: no rate (not start-up's, not a partial chunk's).
+    assert timed(4, 3, 5.0, 0.1).users_per_second is None
+    assert timed(3, 3, 5.0).users_per_second is None
+    assert timed(2, 3, 5.0).first_chunk_users == 2
+
+
+def test_evaluate_times_every_chunk() -> None:
+    fold_in, holdout = csr([[0]] * 7, 4), csr([[1]] * 7, 4)
+    result = evaluate(lambda rows: np.ones((rows.shape[0], 4), np.float32), fold_in, holdout,
+                      batch_users=3)
+    assert result.batch_users == 3 and len(result.chunk_seconds) == 3  # 3 + 3 + 1 users
+    assert len(result.steady_chunks) == 1 and result.users_per_second is not None
+    assert sum(result.chunk_seconds) <= result.seconds
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_block_top_k_equals_tf_top_k_and_the_reference_with_ties(seed: int) -> None:
+    import tensorflow as tf
+
+    from vaecf.metrics.batched import BLOCK_ITEMS, block_top_k, top_k
+
+    rng = np.random.default_rng(seed)
+    n_items, k = 4 * BLOCK_ITEMS + 100, 100  # 5 blocks, the last padded
+    # Ties within and across blocks: one decimal of a normal draw; equal top scores on both
+    # sides of a block boundary; a row of 50 finite scores, the rest -inf (masked fold-in),
+    # whose top 100 holds 50 -inf ranked by column, never the padding's.
+    scores = np.round(rng.normal(size=(16, n_items)), 1).astype(np.float32)
+    scores[0, [BLOCK_ITEMS - 1, BLOCK_ITEMS, 5]] = 9.0
+    scores[1, np.setdiff1d(np.arange(n_items), rng.choice(n_items, 50, replace=False))] = -np.inf
+    # The reference takes finite scores only; -1e30 ranks as -inf does (last, ties by column).
+    expected = rank_top_k(np.maximum(scores, -1e30), sp.csr_matrix((16, n_items),
+                                                                   dtype=np.float32), k)
+    assert list(expected[0, :3]) == [5, BLOCK_ITEMS - 1, BLOCK_ITEMS]
+    values, indices, exhausted = block_top_k(tf.constant(scores), k)
+    assert not bool(exhausted)  # the two-stage result itself is compared, no fallback
+    np.testing.assert_array_equal(indices.numpy(), expected)
+    reference = tf.math.top_k(scores, k=k)
+    np.testing.assert_array_equal(values.numpy(), reference.values.numpy())
+    np.testing.assert_array_equal(indices.numpy(), reference.indices.numpy())
+    for blocked in (True, False):
+        both = top_k(tf.constant(scores), k, blocked)
+        np.testing.assert_array_equal(both[1].numpy(), expected)
+
+
+def test_block_top_k_falls_back_when_a_block_runs_out() -> None:
+    import tensorflow as tf
+
+    from vaecf.metrics.batched import BLOCK_ITEMS, BLOCK_K, block_top_k, top_k
+
+    # Equal scores rank by column: the top 100 are columns 0-99, all in block 0, which has
+    # only 99 candidates; so do the top 120 of scores rising toward block 0's end.
+    n_items = 5 * BLOCK_ITEMS
+    flat = np.zeros((2, n_items), np.float32)
+    flat[1, :BLOCK_ITEMS] = np.arange(BLOCK_ITEMS)
+    for k in (100, 120):
+        _, _, exhausted = block_top_k(tf.constant(flat), k)
+        assert bool(exhausted)
+        expected = rank_top_k(flat, sp.csr_matrix(flat.shape, dtype=np.float32), k)
+        np.testing.assert_array_equal(top_k(tf.constant(flat), k, True)[1].numpy(), expected)
+        assert expected[1, BLOCK_K] == BLOCK_ITEMS - 1 - BLOCK_K  # beyond block 0's 99
+
+
+def test_blocked_chunk_never_sorts_whole_rows_but_in_its_fallback() -> None:
+    # TensorFlow's GPU TopK sorts whole rows for k >= 100: the chunk's only such TopK over
+    # all items must be the fallback's, inside a cond branch (a separate function graph).
+    from vaecf.metrics.batched import ChunkMetrics
+
+    n_items = 20_108
+    graph = ChunkMetrics(n_items, METRICS, blocked_top_k=True)._fn.get_concrete_function().graph
+    ops = graph.get_operations()
+    tops = [(int(op.inputs[0].shape[-1]), int(op.inputs[1].op.get_attr("value").int_val[0]))
+            for op in ops if op.type == "TopKV2"]
+    assert tops and all(k < 100 or columns < n_items for columns, k in tops), tops
+    assert any(op.type in ("If", "StatelessIf") for op in ops)
+
+
+@pytest.mark.parametrize("blocked", [True, False])
+def test_top_k_indices_become_int64_at_once(blocked: bool) -> None:
+    # A GPU keeps int32 tensors in host memory for Reshape, StridedSlice, AddV2, Identity
+    # (TensorFlow 2.17's GPU kernel registry): TopK's int32 indices may only feed a Cast.
+    from vaecf.metrics.batched import ChunkMetrics
+
+    chunk = ChunkMetrics(20_108, METRICS, top_k=10, blocked_top_k=blocked)
+    graph = chunk._fn.get_concrete_function().graph
+    tops = [op for op in graph.get_operations() if op.type == "TopKV2"]
+    assert tops
+    for op in tops:
+        assert {c.type for c in op.outputs[1].consumers()} == {"Cast"}, op.name
 
 
 def test_paired_difference_by_hand() -> None:

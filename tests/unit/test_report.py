@@ -136,6 +136,19 @@ def test_without_a_paired_comparison_a_baseline_difference_is_not_judged() -> No
     assert "not judged" in line and "within noise" not in line and "worse" not in line
 
 
+def test_accuracy_section_says_when_there_is_no_steady_rate() -> None:
+    timing = {"process_seconds_before_stage": 3.0, "load_seconds": 1.0,
+              "first_chunk_seconds": 0.5, "first_chunk_users": 900, "startup_seconds": 4.5,
+              "users_per_second": None,
+              "steady_rate": "none: 900 users make no whole chunk after the first"}
+    acc = accuracy.analyse(_metrics(0.41, 0.002) | {"timing": timing, "device": "cpu"},
+                           _paper_run("ml-20m", 10_000))
+    (speed,) = [b for b in accuracy.section(acc).blocks
+                if isinstance(b, str) and b.startswith("Evaluation speed")]
+    assert speed.startswith("Evaluation speed on cpu: no steady rate (none: 900 users make no "
+                            "whole chunk after the first) after a start-up of 4.50 s")
+
+
 def test_netflix_under_the_paper_protocol_is_compared_with_netflix_numbers() -> None:
     acc = accuracy.analyse(_metrics(0.386, 0.001), _paper_run("netflix", 40_000))
     assert acc["comparable_to_paper"] and acc["dataset_name"] == "Netflix Prize"

@@ -64,9 +64,10 @@ class Evaluation:
       seconds: wall time of scoring and ranking.
       device: where the ranking ran (e.g. ``/device:GPU:0``, or ``numpy``).
       top_k: the top items per evaluated user if asked for.
-      first_chunk_seconds: wall time of the first chunk, which traces the scorer and the
-        ranking (start-up, not the per-user rate).
-      first_chunk_users: users in the first chunk.
+      batch_users: users per chunk (every chunk is whole but maybe the last).
+      chunk_seconds: wall time of each chunk, in order. The first traces the scorer and the
+        ranking (start-up); a partial last chunk pays the same fixed per-chunk cost (host
+        work, dispatch, syncs) for fewer users. Neither is the per-user rate.
       per_user: metric key -> float64 (users_evaluated,): each evaluated user's value, in
         row order, so that two scorers on the same users can be compared pairwise.
     """
@@ -77,17 +78,33 @@ class Evaluation:
     seconds: float
     device: str
     top_k: TopK | None = None
-    first_chunk_seconds: float = 0.0
-    first_chunk_users: int = 0
+    batch_users: int = 1
+    chunk_seconds: tuple[float, ...] = ()
     per_user: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     @property
-    def users_per_second(self) -> float:
-        """The steady rate: users after the first chunk (all of them if there is only one)."""
-        rest = self.users_evaluated - self.first_chunk_users
-        if rest <= 0:
-            return self.users_evaluated / max(self.seconds, 1e-9)
-        return rest / max(self.seconds - self.first_chunk_seconds, 1e-9)
+    def first_chunk_seconds(self) -> float:
+        return self.chunk_seconds[0] if self.chunk_seconds else 0.0
+
+    @property
+    def first_chunk_users(self) -> int:
+        return min(self.batch_users, self.users_evaluated)
+
+    @property
+    def steady_chunks(self) -> tuple[float, ...]:
+        """Seconds of the whole chunks after the first: the ones the steady rate is made of."""
+        whole = self.users_evaluated // self.batch_users
+        return self.chunk_seconds[1:whole]
+
+    @property
+    def users_per_second(self) -> float | None:
+        """The steady rate: users of the whole chunks after the first over their time; None
+        when there is no such chunk (too few users for ``batch_users``: no rate is better
+        than one made of start-up or of a partial chunk's fixed cost)."""
+        steady = self.steady_chunks
+        if not steady:
+            return None
+        return len(steady) * self.batch_users / max(sum(steady), 1e-9)
 
     def summary(self) -> dict[str, Any]:
         """The metric part of ``metrics.json`` (contracts): metric keys and user counts."""
@@ -126,16 +143,17 @@ def evaluate(score_batch: ScoreBatch, fold_in: sp.csr_matrix, holdout: sp.csr_ma
     tops: list[tuple[np.ndarray, np.ndarray]] = []
     progress = Progress("evaluating", total=users.size, unit="users")
     started = time.perf_counter()
-    first_chunk = 0.0
+    chunk_seconds = []
     for start in range(0, users.size, batch_users):
+        chunk_started = time.perf_counter()
         rows = fold_in[start:start + batch_users]
         out = chunk_metrics(score_batch(rows), rows, holdout[start:start + batch_users])
         for key in values:
             values[key].append(out[key])
         if top_k is not None:
             tops.append((out["top_items"], out["top_scores"]))
+        chunk_seconds.append(time.perf_counter() - chunk_started)  # out is on the host
         progress.update(rows.shape[0])
-        first_chunk = first_chunk or time.perf_counter() - started
     seconds = time.perf_counter() - started
     progress.close()
     per_user = {key: np.concatenate(parts).astype(np.float64) for key, parts in values.items()}
@@ -145,8 +163,8 @@ def evaluate(score_batch: ScoreBatch, fold_in: sp.csr_matrix, holdout: sp.csr_ma
         scores=np.concatenate([t[1] for t in tops]))
     return Evaluation(metrics=metrics, users_evaluated=int(users.size),
                       users_skipped=int(skipped), seconds=seconds, device=device, top_k=top,
-                      first_chunk_seconds=first_chunk,
-                      first_chunk_users=min(batch_users, int(users.size)), per_user=per_user)
+                      batch_users=batch_users, chunk_seconds=tuple(chunk_seconds),
+                      per_user=per_user)
 
 
 def _check_inputs(fold_in: sp.csr_matrix, holdout: sp.csr_matrix, batch_users: int,

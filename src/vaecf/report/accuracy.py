@@ -167,8 +167,11 @@ def section(acc: dict[str, Any]) -> Section:
     blocks: list[str | list[str] | Table | Figure] = [acc["note"], users, Table(columns, rows)]
     timing = acc.get("timing")
     if timing:
+        rate = timing.get("users_per_second")
         blocks.append(f"Evaluation speed on {acc.get('device') or '?'}: "
-                      f"{fmt(timing['users_per_second'], 1)} users/s after a start-up of "
+                      + (f"{fmt(rate, 1)} users/s" if rate is not None else "no steady rate")
+                      + (f" ({timing['steady_rate']})" if timing.get("steady_rate") else "")
+                      + f" after a start-up of "
                       f"{fmt(timing['startup_seconds'], 2)} s (process before the stage "
                       f"{fmt(timing['process_seconds_before_stage'], 2)} s, split and model "
                       f"{fmt(timing['load_seconds'], 2)} s, first chunk of "

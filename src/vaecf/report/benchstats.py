@@ -22,8 +22,8 @@ import statistics
 from typing import Any
 
 STATS = ("users_per_second", "steps_per_second", "epoch_seconds", "input_share",
-         "train_seconds", "time_to_target_seconds", "bound_fraction")
-KEY = ("precision", "world_size", "batch_size")
+         "train_seconds", "time_to_target_seconds", "epochs_to_target", "bound_fraction")
+KEY = ("precision", "world_size", "batch_size", "lr_scaling")
 
 
 def flops_per_user(n_items: int, hidden: int, latent: int, nnz_per_user: float) -> float:
@@ -39,14 +39,15 @@ def _ndcg(entry: dict[str, Any]) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def time_to_target(log: list[dict[str, Any]], target: float) -> float | None:
-    """Training seconds (warm-up included: it is real training) until val NDCG@100 >= target."""
+def time_to_target(log: list[dict[str, Any]], target: float) -> tuple[float, int] | None:
+    """Training seconds (warm-up included: it is real training) and epochs until val NDCG@100
+    >= target. The epochs do not depend on the device, so they carry over to a GPU."""
     seconds = 0.0
-    for entry in log:
+    for epochs, entry in enumerate(log, start=1):
         seconds += float(entry["epoch_seconds"])
         ndcg = _ndcg(entry)
         if ndcg is not None and ndcg >= target:
-            return seconds
+            return seconds, epochs
     return None
 
 
@@ -60,7 +61,7 @@ def run_stats(log: list[dict[str, Any]], warmup_epochs: int,
 
     Returns:
       users/s and steps/s over the measured epochs (total work / total time), mean epoch
-      seconds, input share (input seconds / epoch seconds), time to the target NDCG.
+      seconds, input share (input seconds / epoch seconds), time and epochs to the target NDCG.
     """
     if len(log) <= warmup_epochs:
         raise ValueError(f"{len(log)} epochs logged, need more than {warmup_epochs} (warm-up)")
@@ -70,12 +71,13 @@ def run_stats(log: list[dict[str, Any]], warmup_epochs: int,
     steps = int(measured[-1]["step"]) - int(log[warmup_epochs - 1]["step"] if warmup_epochs
                                             else 0)
     waited = sum(float(e.get("input_seconds") or 0.0) for e in measured)
+    reached = time_to_target(log, target_ndcg) if target_ndcg is not None else None
     return {"measured_epochs": len(measured), "measured_steps": steps,
             "users_per_second": users / seconds, "steps_per_second": steps / seconds,
             "epoch_seconds": seconds / len(measured), "input_share": waited / seconds,
             "train_seconds": sum(float(e["epoch_seconds"]) for e in log),
-            "time_to_target_seconds": (time_to_target(log, target_ndcg)
-                                       if target_ndcg is not None else None)}
+            "time_to_target_seconds": reached[0] if reached else None,
+            "epochs_to_target": reached[1] if reached else None}
 
 
 def _min_median(values: list[float]) -> dict[str, float] | None:
@@ -87,7 +89,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     over the successful repeats (``None`` where no repeat produced it)."""
     configs: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for run in runs:
-        configs.setdefault(tuple(run[k] for k in KEY), []).append(run)
+        configs.setdefault(tuple(run.get(k, "none") for k in KEY), []).append(run)
     out = []
     for key, group in configs.items():
         ok = [r for r in group if r.get("status") == "ok"]

@@ -109,29 +109,60 @@ def fingerprint_load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def matmul_rate(precision: str, size: int = 2048, trials: int = 20,
-                trial_seconds: float = 0.1) -> float:
-    """Peak FLOP/s of a square dense matmul in the precision's compute dtype.
+def probe_shape() -> tuple[int, int]:
+    """(matrix size, products per sync) of the matmul-rate probe on this machine's device.
 
-    After one untimed warm-up product, each trial repeats the product for ``trial_seconds``;
-    the best trial is kept, because a bound is the rate the device can reach (a shared host
-    slows some trials down, never speeds one up; many short trials catch its idle moments).
-    A ``size``-square product costs ``2 * size**3`` FLOPs. On a GPU machine this runs on the
-    first GPU, else on the CPU.
+    A GPU finishes a 2048-square product in 22-45 us on an H100, less than one call and
+    sync (50-100 us): one product per sync measured the launch, not the math, and
+    overstated ``bound_fraction`` 2-4x. So a GPU chains 16 products of 8192-square
+    matrices (1.1 TFLOP each, about 3 ms at TF32) per sync. A CPU takes 0.1-0.2 s per
+    2048-square product, which a sync cannot distort; on this project's shared 2-core host
+    chains of 4 or 8 per sync measured no higher rate than one (fp32 72-127 against 98-128
+    GFLOP/s, bf16 140-216 against 182-184, best of interleaved trials under load), and
+    short calls catch more of a shared host's idle moments, so a CPU keeps one.
+    """
+    return (8192, 16) if gpus() else (2048, 1)
+
+
+def matmul_chain(products: int) -> Any:
+    """A compiled ``(a, b) -> float32 scalar`` computing a @ b @ b ... (``products`` dependent
+    products) and one element of the result: one call, one sync, all products finished."""
+    import tensorflow as tf
+
+    @tf.function
+    def chain(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+        for _ in range(products):
+            x = tf.matmul(x, y)
+        return tf.reduce_sum(tf.cast(x[0, :1], tf.float32))
+
+    return chain
+
+
+def matmul_rate(precision: str, trials: int = 20, trial_seconds: float = 0.1,
+                shape: tuple[int, int] | None = None) -> float:
+    """Peak FLOP/s of square dense matmuls in the precision's compute dtype.
+
+    One call computes a chain of ``products`` products (``probe_shape``, or ``shape``:
+    (size, products)) and pulls one number back. After one untimed warm-up call, each trial
+    repeats the call for ``trial_seconds``; the best trial is kept, because a bound is the
+    rate the device can reach (a shared host slows some trials down, never speeds one up;
+    many short trials catch its idle moments). A ``size``-square product costs
+    ``2 * size**3`` FLOPs. On a GPU machine this runs on the first GPU, else on the CPU.
     """
     import tensorflow as tf
 
+    size, products = shape or probe_shape()
     dtype = getattr(tf, MATMUL_DTYPES[precision])
     a = tf.cast(tf.random.stateless_normal((size, size), seed=(1, 2)), dtype)
-    b = tf.cast(tf.random.stateless_normal((size, size), seed=(3, 4)), dtype)
-    product = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y)[0, :1],
-                                                             tf.float32)))
-    float(product(a, b))
+    # Entries of variance 1/size keep the chain's magnitudes near 1 (no float16 overflow).
+    b = tf.cast(tf.random.stateless_normal((size, size), seed=(3, 4)) / size ** 0.5, dtype)
+    chain = matmul_chain(products)
+    float(chain(a, b))
     best = 0.0
     for _ in range(trials):
         start, count = time.perf_counter(), 0
         while count == 0 or time.perf_counter() - start < trial_seconds:
-            float(product(a, b))  # pulls the result back, so the product has finished
+            float(chain(a, b))  # pulls the result back, so every product has finished
             count += 1
-        best = max(best, 2.0 * size ** 3 * count / (time.perf_counter() - start))
+        best = max(best, 2.0 * size ** 3 * products * count / (time.perf_counter() - start))
     return best

@@ -17,7 +17,9 @@ def median(config: dict[str, Any], stat: str) -> float | None:
 
 
 def label(config: dict[str, Any]) -> str:
-    return f"{config['precision']} x{config['world_size']} b{config['batch_size']}"
+    rule = config.get("lr_scaling", "none")
+    return (f"{config['precision']} x{config['world_size']} b{config['batch_size']}"
+            + ("" if rule == "none" else f" lr {rule}"))
 
 
 def precision_speedups(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:

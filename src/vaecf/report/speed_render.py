@@ -80,12 +80,13 @@ def _config_blocks(speed: dict[str, Any]) -> list[Block]:
     rows = [[label(c), f"{c['runs_ok']}/{c['repeats']}", _min_med(c, "users_per_second", 1),
              _min_med(c, "steps_per_second", 2), _min_med(c, "epoch_seconds", 2),
              _min_med(c, "input_share", 1), _min_med(c, "train_seconds", 1),
-             _min_med(c, "time_to_target_seconds", 1), _min_med(c, "bound_fraction", 1)]
+             _min_med(c, "time_to_target_seconds", 1), _min_med(c, "epochs_to_target", 0),
+             _min_med(c, "bound_fraction", 1)]
             for c in configs]
     blocks: list[Block] = [Table(
         ["configuration", "runs ok", "users/s", "steps/s", "epoch s", "input share",
          "train s", f"s to NDCG@100 {fmt(target, 3)}" if target else "s to target",
-         "of bound"],
+         "epochs to target", "of bound"],
         rows, "Benchmark configurations")]
     ranked = [(c, v) for c in configs if (v := median(c, "users_per_second"))]
     if ranked:

@@ -16,6 +16,7 @@ from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, publish, write_manifest
 from vaecf.stages import new_parser, run_stage, seed
+from vaecf.train.scaling import LR_RULES
 
 STAGE = "benchmark"
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
@@ -60,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seed of the generated split and of every training run")
     parser.add_argument("--xla", action="store_true",
                         help="train every run with --xla (the whole step compiled)")
+    parser.add_argument("--lr-scaling", nargs="+", choices=LR_RULES, default=["none"],
+                        help="learning-rate rules, each run with each: 1e-3 at 500 users per "
+                             "step, scaled to the global batch as none, sqrt or linear")
     return parser
 
 
@@ -74,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             steps=None if args.epochs else args.steps, epochs=args.epochs,
             repeats=args.repeats, target_ndcg=args.target_ndcg,
             synthetic_users=args.synthetic_users, synthetic_items=args.synthetic_items,
-            seed=args.seed, xla=args.xla)
+            seed=args.seed, xla=args.xla, lr_scalings=tuple(dict.fromkeys(args.lr_scaling)))
         with publish(args.output, manifest_name(STAGE), [args.split]) as staging:
             result = run_benchmark(config, staging)
             if not any(run["status"] == "ok" for run in result["runs"]):

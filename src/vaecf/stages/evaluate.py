@@ -8,10 +8,12 @@ TensorFlow, on GPU when there is one) and publishes ``metrics.json``, optionally
 flags. Each baseline in ``metrics.json`` carries ``paired``: per metric, the model minus the
 baseline on the same users (``test``, ``users``, ``delta``, ``stderr``, ``z``), computed here
 where the per-user values are, so that ``vaecf report`` judges differences with a paired test
-without a per-user file. ``users_per_second`` is the steady rate, after the first chunk;
-``timing`` has the start-up apart from it: the process before the stage (Python, TensorFlow
-import), loading the split and the model, and the first chunk (which traces the scorer and the
-ranking).
+without a per-user file. ``users_per_second`` is the steady rate, from the whole chunks after
+the first (null, said so in ``timing.steady_rate``, when there is none: a rate made of start-up
+or of a partial chunk's fixed cost would mislead); ``timing`` has the start-up apart from it:
+the process before the stage (Python, TensorFlow import), loading the split and the model, and
+the first chunk (which traces the scorer and the ranking), and the partial last chunk apart
+from both.
 """
 
 from __future__ import annotations
@@ -124,9 +126,8 @@ def run(config: EvaluateConfig, in_process: bool = False) -> dict[str, object]:
                 results[name] = evaluate(scorer, fold_in, holdout,
                                          batch_users=config.batch_users, top_k=top_k)
         main = results[config.model]
-        metrics = _metrics_json(config, split, main, results)
         timing = _timing(before, load, main)
-        metrics["timing"] = timing
+        metrics = _metrics_json(config, split, main, results, timing)
         (output / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True)
                                              + "\n")
         if main.top_k is not None:
@@ -136,9 +137,12 @@ def run(config: EvaluateConfig, in_process: bool = False) -> dict[str, object]:
                        counts={"users_evaluated": main.users_evaluated,
                                "users_skipped": main.users_skipped, "n_items": split.n_items},
                        started=started)
+    rate = main.users_per_second
     info(f"evaluate: ndcg_at_100 {main.metrics['ndcg_at_100'].mean:.4f} over "
-         f"{main.users_evaluated:,} users ({main.users_per_second:,.0f} users/s after a "
-         f"start-up of {timing['startup_seconds']:.1f} s)")
+         f"{main.users_evaluated:,} users ("
+         + (f"{rate:,.0f} users/s" if rate is not None else "no steady rate")
+         + f" after a start-up of {timing['startup_seconds']:.1f} s; steady rate: "
+         f"{timing['steady_rate']})")
     return metrics
 
 
@@ -152,15 +156,37 @@ def _process_seconds() -> float:
         return 0.0
 
 
-def _timing(before: float, load: float, main: Evaluation) -> dict[str, float]:
-    """Start-up apart from the per-user rate (seconds; not reproducible, like the rate)."""
+def _timing(before: float, load: float, main: Evaluation) -> dict[str, object]:
+    """Start-up, steady chunks and a partial last chunk apart (seconds; not reproducible, like
+    the rate)."""
+    steady = main.steady_chunks
+    rate = main.users_per_second
+    last = main.chunk_seconds[-1] if len(main.chunk_seconds) > 1 else 0.0
+    partial_users = main.users_evaluated % main.batch_users
+    partial = len(main.chunk_seconds) > 1 and partial_users > 0
     return {"process_seconds_before_stage": round(before, 3),
             "load_seconds": round(load, 3),  # split and model (TensorFlow import, if lazy)
             "first_chunk_seconds": round(main.first_chunk_seconds, 3),
             "first_chunk_users": main.first_chunk_users,
             "startup_seconds": round(before + load + main.first_chunk_seconds, 3),
-            "steady_seconds": round(main.seconds - main.first_chunk_seconds, 3),
-            "users_per_second": round(main.users_per_second, 1)}
+            "steady_chunks": len(steady),
+            "steady_users": len(steady) * main.batch_users,
+            "steady_seconds": round(sum(steady), 3),
+            "partial_chunk_users": partial_users if partial else 0,
+            "partial_chunk_seconds": round(last, 3) if partial else 0.0,
+            "users_per_second": None if rate is None else round(rate, 1),
+            "steady_rate": _steady_rate(main)}
+
+
+def _steady_rate(main: Evaluation) -> str:
+    """What ``users_per_second`` was made of, or why there is none, in words."""
+    chunks = f"chunks of {main.batch_users:,} users"
+    steady = len(main.steady_chunks)
+    if main.users_per_second is not None:
+        return (f"{steady} whole chunk{'s' if steady > 1 else ''} of {main.batch_users:,} "
+                "users after the first (start-up and a partial last chunk left out)")
+    return (f"none: {main.users_evaluated:,} users make no whole chunk after the first in "
+            f"{chunks}; evaluate more users or pass a smaller --batch-users")
 
 
 def _parameters(config: EvaluateConfig) -> dict[str, object]:
@@ -180,11 +206,13 @@ def _scorer(name: str, split: Split, config: EvaluateConfig, stack: ExitStack) -
 
 
 def _metrics_json(config: EvaluateConfig, split: Split, main: Evaluation,
-                  results: dict[str, Evaluation]) -> dict[str, object]:
+                  results: dict[str, Evaluation], timing: dict[str, object]
+                  ) -> dict[str, object]:
     metrics: dict[str, object] = {"subset": config.subset, "model": config.model,
                                   **main.summary(),
-                                  "users_per_second": round(main.users_per_second, 1),
-                                  "device": main.device, "n_items": split.n_items}
+                                  "users_per_second": timing["users_per_second"],
+                                  "device": main.device, "n_items": split.n_items,
+                                  "timing": timing}
     if config.baselines:
         metrics["baselines"] = {name: results[name].summary()
                                 | {"paired": _paired(main, results[name])}

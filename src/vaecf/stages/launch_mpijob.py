@@ -17,6 +17,7 @@ from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, read_manifest, storage
 from vaecf.k8s import client, mpijob, render
 from vaecf.stages import finite_positive, new_parser, run_stage, seed
+from vaecf.train.scaling import LR_RULES
 from vaecf.tuning.space import SEARCHABLE, parse_trial, train_flags
 
 STAGE = "launch-mpijob"
@@ -39,10 +40,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--slots-per-worker", type=int,
                         help="Horovod ranks per worker (default: GPUs per worker, at least 1)")
     parser.add_argument("--epochs", type=int, default=100)
-    parser.add_argument("--batch-size", type=int, default=1000, help="global batch")
+    parser.add_argument("--batch-per-rank", type=int, default=render.BATCH_PER_RANK,
+                        help="users per step on each rank (one rank per GPU); the global "
+                             "batch is this x workers x slots per worker")
+    parser.add_argument("--lr-scaling", default=render.LR_SCALING,
+                        help="learning rate 1e-3 at 500 users per step, scaled to the global "
+                             f"batch: {', '.join(LR_RULES)}")
     parser.add_argument("--precision", choices=render.PRECISIONS, default="fp32")
     parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument("--xla", action="store_true")
+    parser.add_argument("--compression", default="none",
+                        help="gradient allreduce format: none or fp16 (halves the bytes "
+                             "between hosts)")
+    parser.add_argument("--nccl-debug", default="WARN",
+                        help="NCCL_DEBUG of every rank (INFO shows the transport, e.g. "
+                             "NET/IB or NET/Socket)")
     parser.add_argument("--secret-name", default="vaecf-s3",
                         help="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
                              "AWS_ENDPOINT_URL for the MPIJob's pods")
@@ -75,8 +87,9 @@ def params_from_args(args: argparse.Namespace) -> render.MPIJobParams:
         model_uri=f"{store}/{name}/model", checkpoint_uri=f"{store}/{name}/checkpoints",
         workers=args.workers, gpus_per_worker=args.gpus_per_worker,
         slots_per_worker=args.slots_per_worker or max(1, args.gpus_per_worker),
-        epochs=epochs, batch_size=args.batch_size, precision=args.precision,
-        seed=args.seed, xla=args.xla, secret_name=args.secret_name,
+        epochs=epochs, batch_per_rank=args.batch_per_rank, lr_scaling=args.lr_scaling,
+        precision=args.precision, seed=args.seed, xla=args.xla, compression=args.compression,
+        nccl_debug=args.nccl_debug, secret_name=args.secret_name,
         tensorboard_uri=f"{store}/{name}/tensorboard" if args.tensorboard else None,
         train_flags=tuple(train_flags(trial)))
 

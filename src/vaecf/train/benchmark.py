@@ -26,6 +26,7 @@ from vaecf.data.split import write_synthetic_split
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, read_manifest
 from vaecf.report import benchstats, fingerprint
+from vaecf.train.scaling import scaled_learning_rate
 
 WARMUP_EPOCHS = 1
 # "ValueError: ..." on a line of its own, possibly prefixed by horovodrun's "[1]<stderr>:".
@@ -50,6 +51,7 @@ class BenchmarkConfig:
     synthetic_items: int
     seed: int
     xla: bool = False
+    lr_scalings: tuple[str, ...] = ("none",)
 
 
 def split_shape(directory: Path, synthetic: bool) -> dict[str, Any]:
@@ -66,14 +68,16 @@ def split_shape(directory: Path, synthetic: bool) -> dict[str, Any]:
 
 
 def train_command(config: BenchmarkConfig, split_dir: Path, run_dir: Path, precision: str,
-                  world_size: int, batch_size: int) -> list[str]:
-    """The ``vaecf train`` command line of one run (under horovodrun when world_size > 1)."""
+                  world_size: int, batch_size: int, lr_scaling: str = "none") -> list[str]:
+    """The ``vaecf train`` command line of one run (under horovodrun when world_size > 1),
+    its learning rate scaled to the global batch by ``lr_scaling`` (``train.scaling``)."""
     epochs = WARMUP_EPOCHS + (config.epochs or 1)
     command = [sys.executable, "-m", "vaecf.cli", "train", "--split", str(split_dir),
                "--output", str(run_dir / "model"), "--checkpoint-dir", str(run_dir / "ckpt"),
                "--epochs", str(epochs), "--batch-size", str(batch_size), "--precision",
                precision, "--seed", str(config.seed), "--expect-world-size", str(world_size),
-               "--checkpoint-every", str(epochs),
+               "--checkpoint-every", str(epochs), "--learning-rate",
+               str(scaled_learning_rate(batch_size, lr_scaling)),
                "--validate-every", "1" if config.target_ndcg is not None else str(epochs)]
     if config.steps:
         command += ["--steps-per-epoch", str(config.steps)]
@@ -97,12 +101,15 @@ def _model_shape(run_dir: Path, n_items: int) -> tuple[int, int, int]:
 
 
 def run_one(config: BenchmarkConfig, split_dir: Path, shape: dict[str, Any], run_dir: Path,
-            key: tuple[str, int, int]) -> dict[str, Any]:
+            key: tuple[str, int, int, str]) -> dict[str, Any]:
     """Train once and measure; a failed run is recorded (with its last error line), not raised."""
-    precision, world_size, batch_size = key
+    precision, world_size, batch_size, lr_scaling = key
     run: dict[str, Any] = {"precision": precision, "world_size": world_size,
-                           "batch_size": batch_size, "status": "failed", "error": None}
-    command = train_command(config, split_dir, run_dir, precision, world_size, batch_size)
+                           "batch_size": batch_size, "lr_scaling": lr_scaling,
+                           "learning_rate": scaled_learning_rate(batch_size, lr_scaling),
+                           "status": "failed", "error": None}
+    command = train_command(config, split_dir, run_dir, precision, world_size, batch_size,
+                            lr_scaling)
     with open(run_dir / "train.out", "w") as out:
         try:
             done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False,
@@ -199,6 +206,8 @@ def run_benchmark(config: BenchmarkConfig, output: Path) -> dict[str, Any]:
         runs = [run | {"device": machine["device"]}
                 for run in run_matrix(config, split_dir, shape, work, output, rates)]
         bound = compute_bound(shape, runs, rates, machine["gpu_count"])
+        size, products = fingerprint.probe_shape()
+        bound["matmul_probe"] = {"size": size, "products_per_sync": products}
     machine["load_average_end"] = fingerprint.fingerprint_load()
     return {"fingerprint": machine, "split": shape | {"uri": config.split},
             "work": {"steps": config.steps, "epochs": config.epochs, "xla": config.xla,
@@ -209,15 +218,16 @@ def run_benchmark(config: BenchmarkConfig, output: Path) -> dict[str, Any]:
 
 def run_matrix(config: BenchmarkConfig, split_dir: Path, shape: dict[str, Any], work: Path,
                output: Path, rates: dict[str, float]) -> list[dict[str, Any]]:
-    """Every (precision, world size, batch size) ``repeats`` times, in that order; the matmul
-    rates are measured again after each run."""
-    keys = [(p, w, b) for p in config.precisions for w in config.world_sizes
-            for b in config.batch_sizes]
+    """Every (precision, world size, batch size, learning-rate rule) ``repeats`` times, in that
+    order; the matmul rates are measured again after each run."""
+    keys = [(p, w, b, lr) for p in config.precisions for w in config.world_sizes
+            for b in config.batch_sizes for lr in config.lr_scalings]
     runs = []
     bar = log.Progress("benchmark runs", len(keys) * config.repeats, "runs")
     for key in keys:
         for repeat in range(config.repeats):
-            name = f"{key[0]}-np{key[1]}-b{key[2]}-r{repeat}"
+            rule = "" if key[3] == "none" else f"-lr{key[3]}"
+            name = f"{key[0]}-np{key[1]}-b{key[2]}{rule}-r{repeat}"
             run_dir = work / name
             run_dir.mkdir()
             run = run_one(config, split_dir, shape, run_dir, key) | {"repeat": repeat,
