@@ -215,6 +215,14 @@ def test_rendered_jobs_carry_their_parameters() -> None:
         "--compression", "fp16"]
 
 
+def test_a_trials_learning_rate_replaces_the_scaled_one() -> None:
+    scaled = render.train_command(params(workers=4))
+    assert scaled[scaled.index("--learning-rate") + 1] == str(params(workers=4).learning_rate)
+    trial = render.train_command(params(workers=4, train_flags=("--learning-rate", "0.003")))
+    assert trial.count("--learning-rate") == 1
+    assert trial[trial.index("--learning-rate") + 1] == "0.003"
+
+
 @pytest.mark.parametrize("forward", [["-x", "NCCL_DEBUG=WARN"], []])
 def test_nccl_debug_comes_from_the_env_whatever_the_template_forwards(forward) -> None:
     # An older template forwarding NCCL_DEBUG=WARN by value, or one not forwarding it: the

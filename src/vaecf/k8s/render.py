@@ -162,7 +162,9 @@ def train_command(params: MPIJobParams) -> list[str]:
     """``vaecf train ...`` as every rank runs it (flags of docs/contracts: ``vaecf train``).
 
     The global batch and the learning rate are written out as numbers, so the job records
-    what it trains with."""
+    what it trains with. A trial's own ``--learning-rate`` (in ``train_flags``: a searched
+    value is the rate itself) replaces the scaled one rather than following it."""
+    searched = "--learning-rate" in params.train_flags
     command = [
         "vaecf", "train",
         "--split", params.split_uri,
@@ -170,7 +172,7 @@ def train_command(params: MPIJobParams) -> list[str]:
         "--checkpoint-dir", params.checkpoint_uri,
         "--epochs", str(params.epochs),
         "--batch-size", str(params.batch_size),
-        "--learning-rate", str(params.learning_rate),
+        *([] if searched else ["--learning-rate", str(params.learning_rate)]),
         "--precision", params.precision,
         "--seed", str(params.seed),
         "--expect-world-size", str(params.world_size),
