@@ -107,7 +107,8 @@ def _install(app: Any, max_body_bytes: int) -> None:
         if first.get("type") == "json_invalid":
             return ORJSONResponse(status_code=400, content={
                 "error": f"request body: malformed JSON ({first.get('ctx', {}).get('error')})"})
-        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+        where = ".".join(str(part) for part in first.get("loc", ())
+                         if part not in ("body", "InferenceRequest"))
         message = first.get("msg", "invalid request")
         return ORJSONResponse(status_code=400,
                               content={"error": f"{where or 'request body'}: {message}"})
