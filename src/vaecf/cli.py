@@ -24,6 +24,7 @@ STAGES = {
     "report": "Write the benchmark report (Markdown, HTML, JSON).",
     "benchmark": "Measure training speed over a matrix of configurations.",
     "launch-mpijob": "Run training as a Kubeflow MPIJob and wait for it.",
+    "deploy": "Create or update the KServe InferenceService serving a trained model.",
     "demo": "Run every stage on this machine on synthetic data.",
 }
 
@@ -38,6 +39,7 @@ NEEDS = {
     "benchmark": ("tensorflow", "vaecf-train"),
     "report": ("matplotlib", "vaecf-launcher"),
     "launch-mpijob": ("kubernetes", "vaecf-launcher"),
+    "deploy": ("kubernetes", "vaecf-launcher"),
     "demo": ("tensorflow", "a development install (make install)"),
 }
 

@@ -120,3 +120,10 @@ def test_waiting_requests_share_one_model_call(saved: Path) -> None:
     for i, answer in enumerate(answers):
         alone = recommend([[str(IDS[i])]], [3]).item_ids[0].tolist()
         assert [p["item_id"] for p in answer["predictions"]] == [alone] * (1 + i % 2)
+
+
+def test_tf_serving_answers_recommend_ids_by_default(saved: Path) -> None:
+    loaded = tf.saved_model.load(str(saved))
+    default = loaded.signatures["serving_default"]
+    assert sorted(default.structured_input_signature[1]) == ["items", "k"]
+    assert sorted(default.structured_outputs) == ["fallback", "item_id", "scores", "unknown"]

@@ -160,5 +160,7 @@ def export(weights: list[np.ndarray], *, n_items: int, hidden: int, latent: int,
     module = ServingModule(model, np.array([t.encode() for t in text], dtype=object),
                            popularity)
     tf.saved_model.save(module, str(path),
+                        # serving_default: what TF Serving answers when no signature is named
                         signatures={"score": module.score, "recommend": module.recommend,
-                                    "recommend_ids": module.recommend_ids})
+                                    "recommend_ids": module.recommend_ids,
+                                    "serving_default": module.recommend_ids})
