@@ -14,8 +14,8 @@ from typing import Any, Optional
 
 from kfp import compiler, dsl, kubernetes
 
-from components.download import download
 from components.deploy import deploy
+from components.download import download
 from components.evaluate import evaluate
 from components.images import DEFAULT, DEFAULT_REGISTRY, DEFAULT_TAG, Images, load_digests
 from components.preprocess import preprocess

@@ -304,7 +304,7 @@ def test_make_push_records_digests_that_make_pipeline_pins(tmp_path) -> None:
 
 
 def test_serve_step_is_optional_off_by_default_and_parses(compiled) -> None:
-    _, spec, platform = compiled
+    _, spec, _ = compiled
     root = spec["root"]["inputDefinitions"]["parameters"]
     assert root["serve"]["defaultValue"] == "false"
     assert root["serve_image"]["defaultValue"] == Images().serve

@@ -12,6 +12,7 @@ import pytest
 import scipy.sparse as sp
 import tensorflow as tf
 
+from vaecf.errors import VaecfError
 from vaecf.model import MultVAE
 from vaecf.serve.model import ServedModel, item_id_map
 from vaecf.train.export import export
@@ -89,7 +90,7 @@ def test_a_model_without_the_map_is_refused_in_one_line(tmp_path: Path) -> None:
 
     old = Old()
     tf.saved_model.save(old, str(tmp_path / "old"), signatures={"score": old.score})
-    with pytest.raises(Exception, match="^m: this SavedModel has no item id map"):
+    with pytest.raises(VaecfError, match=r"^m: this SavedModel has no item id map"):
         item_id_map(tf.saved_model.load(str(tmp_path / "old")), "m")
 
 

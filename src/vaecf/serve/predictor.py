@@ -31,7 +31,7 @@ from vaecf.serve.protocol import (
 Waiting = tuple[Batch, "asyncio.Future[Ranking]"]
 
 
-class Predictor(Model):  # type: ignore[misc]
+class Predictor(Model):
     """One vaecf model behind KServe's v1 and v2 endpoints (REST and gRPC).
 
     Args:
@@ -97,7 +97,7 @@ class Predictor(Model):  # type: ignore[misc]
                 try:
                     ranking = await asyncio.get_running_loop().run_in_executor(
                         None, self.served.recommend, users, ks)
-                except Exception as err:  # noqa: BLE001 (each waiting request gets it)
+                except Exception as err:
                     for _, future in taken:
                         if not future.done():
                             future.set_exception(err)
