@@ -66,9 +66,11 @@ def test_v1_rows_and_tf_serving_columns_give_the_model_s_ranking(server, expecte
     truth = expected.recommend(users, [10] * len(users))
     status, rows = post(server, V1, {"instances": [{"items": u, "k": 10} for u in users]})
     assert status == 200, rows
-    status, columns = post(server, V1, {"inputs": {"items": [u + [""] * (5 - len(u))
-                                                             for u in users], "k": [10] * 4}})
-    assert status == 200, columns
+    status, raw = request(server.url, "POST", V1, json.dumps({"inputs": {
+        "items": [u + [""] * (5 - len(u)) for u in users], "k": [10] * 4}}).encode(),
+        {"Content-Type": "application/json; charset=utf-8"})
+    assert status == 200, raw
+    columns = json.loads(raw)
     for user, answer in enumerate(rows["predictions"]):
         assert answer["item_id"] == truth.item_ids[user].tolist()
         np.testing.assert_allclose(answer["scores"], truth.scores[user], rtol=1e-5)
@@ -260,3 +262,40 @@ def test_sigterm_drains_in_flight_requests_refuses_new_ones_and_exits_0(
     assert response.status == 200
     assert len(json.loads(response.read())["predictions"]) == 64
     assert process.process.wait(60) == 0, process.log_tail()
+
+
+def test_benchmark_serve_reports_every_scenario(model: Path, tmp_path: Path, cli) -> None:
+    """The figures' shape, not their values (speed is for the benchmark, never a test)."""
+    code, out, err = cli("benchmark-serve", "--model", model, "--output", tmp_path / "bench",
+                         "--seconds", "1", "--clients", "1", "2", "--users-per-request", "1",
+                         "4", "--items-per-user", "10")
+    assert code == 0, err
+    result = json.loads((tmp_path / "bench" / "serve_benchmark.json").read_text())
+    assert [(r["users_per_request"], r["clients"]) for r in result["runs"]] == [
+        (1, 1), (1, 2), (4, 1), (4, 2)]
+    assert all(r["errors"] == 0 and r["requests"] > 0 and r["p99_ms"] >= r["p50_ms"] > 0
+               for r in result["runs"])
+    assert result["server_exit_code"] == 0
+    assert set(result["server_rss_bytes"]) == {"before", "after"}
+    assert set(result["floors"]) == {"memory_growth", "4_user_requests_vs_in_process"}
+    assert "floor memory_growth:" in out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--http_port", "0"], "argument --http_port: expected a port from 1 to 65535, got 0"),
+    (["--workers", "2"], "--workers 2: vaecf serves from one process"),
+    (["--grpc_port", "8080"], "--grpc_port 8080: the same as --http_port"),
+    (["--model_name", "Bad/Name"], "--model_name 'Bad/Name': expected lower-case letters"),
+    (["--enable_grpc", "maybe"], "argument --enable_grpc: expected true or false, got maybe"),
+])
+def test_bad_flags_fail_in_one_line_before_loading(cli, tmp_path: Path, argv: list[str],
+                                                   message: str) -> None:
+    code, _, err = cli("serve", "--model", tmp_path / "absent", *argv)
+    assert code == 1 and err.startswith(f"vaecf serve: error: {message}"), err
+    assert err.count("\n") == 1
+
+
+def test_a_missing_model_fails_in_one_line(cli, tmp_path: Path) -> None:
+    code, _, err = cli("serve", "--model", tmp_path / "absent")
+    assert code == 1
+    assert err == f"vaecf serve: error: {tmp_path / 'absent'}: input directory does not exist\n"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
 
@@ -86,7 +87,16 @@ def _users(count: int, where: str) -> None:
 
 
 def parse_v1(body: Any, n_items: int) -> Batch:
-    """A v1 body (decoded JSON) -> a ``Batch``; rows or TF Serving columns."""
+    """A v1 body (decoded JSON) -> a ``Batch``; rows or TF Serving columns.
+
+    KServe decodes only a bare ``application/json``; with parameters (``; charset=utf-8``)
+    the body comes as bytes and is decoded here.
+    """
+    if isinstance(body, bytes):
+        try:
+            body = orjson.loads(body)
+        except orjson.JSONDecodeError as err:
+            raise InvalidInput(f"request body: malformed JSON ({err})") from None
     if not isinstance(body, dict) or len(body.keys() & {"instances", "inputs"}) != 1:
         raise InvalidInput("request body: expected a JSON object with either 'instances' "
                            "(one object per user) or 'inputs' (TF Serving columns)")

@@ -50,11 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", required=True, help="'vaecf train' output (dir or s3://)")
     parser.add_argument("--model_name", default="vaecf",
                         help="name in the endpoints' paths (/v1/models/<name>:predict)")
-    parser.add_argument("--http_port", type=port, default=8080)
-    parser.add_argument("--grpc_port", type=port, default=8081)
-    parser.add_argument("--enable_grpc", type=boolean, default=True)
+    parser.add_argument("--http_port", type=port, default=8080, help="REST port (v1 and v2)")
+    parser.add_argument("--grpc_port", type=port, default=8081, help="gRPC port (v2)")
+    parser.add_argument("--enable_grpc", type=boolean, default=True,
+                        help="serve v2 over gRPC too (true/false)")
     parser.add_argument("--workers", type=positive, default=1,
-                        help="REST worker processes (each loads the model)")
+                        help="REST worker processes; only 1: KServe spawns further workers "
+                             "from a pickled model, which a loaded TensorFlow model is not "
+                             "(scale with replicas instead)")
     parser.add_argument("--max_threads", type=positive, default=4, help="gRPC threads")
     parser.add_argument("--grace-period", type=positive, default=30,
                         help="seconds in-flight requests get to finish after SIGTERM")
@@ -69,6 +72,10 @@ def _body(args: argparse.Namespace) -> None:
     if not _NAME.match(args.model_name):
         raise VaecfError(f"--model_name {args.model_name!r}: expected lower-case letters, "
                          "digits, '-', '_' or '.'")
+    if args.workers != 1:
+        raise VaecfError(f"--workers {args.workers}: vaecf serves from one process (KServe's "
+                         "extra workers are spawned from a pickled model, and a loaded "
+                         "TensorFlow model cannot be pickled); scale with replicas")
     if args.enable_grpc and args.grpc_port == args.http_port:
         raise VaecfError(f"--grpc_port {args.grpc_port}: the same as --http_port")
     serve(ServeConfig(model=args.model, model_name=args.model_name, http_port=args.http_port,
