@@ -1,9 +1,10 @@
 """``vaecf benchmark-serve``: load a real ``vaecf serve`` process and compare with the floors.
 
 Scenarios: every (concurrent clients, users per request) pair, each run for ``seconds`` with
-closed-loop clients on loopback; the server's resident memory is read before the first and
-after the last. The same ``recommend_ids`` signature called in this process on requests of
-the largest size gives the ceiling that batched requests are compared with.
+closed-loop clients on loopback; the server's resident memory is read before and after each
+scenario, and growth is reported over the whole run and over the floor's own scenario. The
+same ``recommend_ids`` signature called in this process on requests of the largest size gives
+the ceiling that batched requests are compared with.
 """
 
 from __future__ import annotations
@@ -62,11 +63,16 @@ def run_serve_benchmark(config: ServeBenchmarkConfig, log_dir: Path) -> dict[str
         for users in config.users_per_request:
             payloads = bodies(item_ids, users, config)
             for clients in config.clients:
+                rss_before = server.rss_bytes()
                 result = load(server.url, PATH, payloads, users, clients, config.seconds)
+                rss_after = server.rss_bytes()
                 log.info(f"{clients:>3} clients x {users:>3} users/request: p50 "
                          f"{result.p50_ms} ms, p99 {result.p99_ms} ms, "
-                         f"{result.users_per_second:,.0f} users/s, {result.errors} errors")
-                runs.append(result.as_dict())
+                         f"{result.users_per_second:,.0f} users/s, {result.errors} errors, "
+                         f"server memory {rss_before / 2**20:,.0f} -> "
+                         f"{rss_after / 2**20:,.0f} MiB")
+                runs.append({**result.as_dict(), "rss_before_bytes": rss_before,
+                             "rss_after_bytes": rss_after})
         memory_after = server.rss_bytes()
     finally:
         code = server.stop()
@@ -91,6 +97,11 @@ def floors(runs: list[dict[str, Any]], in_process: float, memory_before: int,
                                                 "floor": f"< {FLOOR_MEMORY_GROWTH}",
                                                 "met": growth < FLOOR_MEMORY_GROWTH}}
     if single is not None:
+        own = (single["rss_after_bytes"] - single["rss_before_bytes"]) / single[
+            "rss_before_bytes"]
+        checks["memory_growth_single_user_8_clients"] = {
+            "value": round(own, 4), "floor": f"< {FLOOR_MEMORY_GROWTH}",
+            "met": own < FLOOR_MEMORY_GROWTH}
         checks["single_user_8_clients"] = {
             "p50_ms": single["p50_ms"], "p99_ms": single["p99_ms"], "errors": single["errors"],
             "floor": f"p50 <= {FLOOR_P50_MS} ms, p99 <= {FLOOR_P99_MS} ms, 0 errors",

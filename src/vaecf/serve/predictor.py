@@ -19,7 +19,7 @@ from vaecf import log
 from vaecf.serve.model import Ranking, ServedModel
 from vaecf.serve.protocol import (
     INPUTS,
-    MAX_USERS,
+    MAX_K,
     OUTPUTS,
     Batch,
     parse_v1,
@@ -29,6 +29,8 @@ from vaecf.serve.protocol import (
 )
 
 Waiting = tuple[Batch, "asyncio.Future[Ranking]"]
+DEFAULT_BATCH_USERS = 256  # users per model call: 32 clients x 8 users in one go
+WARM_UP_ITEMS = 200  # items per warm-up user (ML-20M users average 73 after filtering)
 
 
 class Predictor(Model):
@@ -40,7 +42,8 @@ class Predictor(Model):
       max_batch_users: most users in one model call (several requests together).
     """
 
-    def __init__(self, name: str, model_uri: str, max_batch_users: int = MAX_USERS) -> None:
+    def __init__(self, name: str, model_uri: str,
+                 max_batch_users: int = DEFAULT_BATCH_USERS) -> None:
         super().__init__(name)
         self.model_uri = model_uri
         self.max_batch_users = max_batch_users
@@ -49,10 +52,16 @@ class Predictor(Model):
         self._running = False
 
     def load(self) -> bool:
-        """Load, verify and warm up (the first calls build TensorFlow's kernels), then ready."""
+        """Load, verify and warm up, then ready.
+
+        The warm-up calls build TensorFlow's kernels and grow its allocator to the largest
+        batch the server will form (``max_batch_users`` users of ``WARM_UP_ITEMS`` items), so
+        that serving starts at its steady memory instead of growing under the first load.
+        """
         served = ServedModel.load(self.model_uri)
-        for users in (1, 32):
-            served.recommend([[str(served.item_ids[0])]] * users, [20] * users)
+        items = served.item_ids[:WARM_UP_ITEMS].tolist()
+        for users in sorted({1, 32, self.max_batch_users}):
+            served.recommend([items] * users, [MAX_K] * users)
         self.served = served
         log.info(f"model {self.name}: {served.n_items:,} items from {self.model_uri}, warmed up")
         self.ready = True

@@ -30,7 +30,7 @@ class ServeConfig:
     enable_grpc: bool = True
     max_threads: int = 4
     grace_period: int = 30
-    max_batch_users: int = 1024
+    max_batch_users: int = 256
 
 
 def import_kserve() -> Any:

@@ -61,8 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_threads", type=positive, default=4, help="gRPC threads")
     parser.add_argument("--grace-period", type=positive, default=30,
                         help="seconds in-flight requests get to finish after SIGTERM")
-    parser.add_argument("--max-batch-users", type=positive, default=1024,
-                        help="most users in one model call (requests waiting together)")
+    parser.add_argument("--max-batch-users", type=positive, default=256,
+                        help="most users in one model call (requests waiting together; a "
+                             "larger request is one call of its own); the warm-up runs one "
+                             "call of this size")
     return parser
 
 
