@@ -299,3 +299,22 @@ def test_a_missing_model_fails_in_one_line(cli, tmp_path: Path) -> None:
     code, _, err = cli("serve", "--model", tmp_path / "absent")
     assert code == 1
     assert err == f"vaecf serve: error: {tmp_path / 'absent'}: input directory does not exist\n"
+
+
+def test_a_model_in_s3_is_served(model: Path, expected: ServedModel, s3_bucket: str,
+                                 tmp_path: Path) -> None:
+    """``--model s3://...`` (moto on loopback): downloaded, verified, served."""
+    from vaecf.io.storage import upload_dir
+
+    uri = f"s3://{s3_bucket}/models/vaecf"
+    upload_dir(model, uri)
+    process = ServerProcess(uri)
+    process.start(tmp_path / "serve.log")
+    try:
+        users = users_of(expected)[:1]
+        status, raw = request(process.url, "POST", V1, v1_body(users, k=4), JSON)
+    finally:
+        assert process.stop() == 0, process.log_tail()
+    assert status == 200, raw
+    assert json.loads(raw)["predictions"][0]["item_id"] == \
+        expected.recommend(users, [4]).item_ids[0].tolist()
