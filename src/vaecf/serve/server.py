@@ -11,6 +11,7 @@ finish within ``grace_period`` seconds and the process exits 0.
 
 from __future__ import annotations
 
+import logging
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -136,8 +137,13 @@ def serve(config: ServeConfig) -> None:
     _install(model_server.app, MAX_BODY_BYTES)
     log.info(f"serving {config.model_name} on http :{config.http_port}"
              + (f", grpc :{config.grpc_port}" if config.enable_grpc else ""))
-    kserve.ModelServer(http_port=config.http_port, grpc_port=config.grpc_port,
-                       workers=config.workers, enable_grpc=config.enable_grpc,
-                       max_threads=config.max_threads, grace_period=config.grace_period,
-                       enable_latency_logging=False).start([predictor])
+    server = kserve.ModelServer(http_port=config.http_port, grpc_port=config.grpc_port,
+                                workers=config.workers, enable_grpc=config.enable_grpc,
+                                max_threads=config.max_threads,
+                                grace_period=config.grace_period,
+                                enable_latency_logging=False)
+    # KServe's per-request timing lines (two per request) repeat what /metrics exports; the
+    # access log (one line per request) stays.
+    logging.getLogger("kserve.trace").setLevel(logging.WARNING)
+    server.start([predictor])
     log.info("server stopped")
