@@ -54,7 +54,7 @@ clean:
 	rm -rf $(VENV) demo-output build *.egg-info
 
 # Images, registry push with recorded digests, and the compiled KFP pipeline.
-IMAGES := data train launcher
+IMAGES := data train launcher serve
 DIGESTS ?= build/digests.json
 PIPELINE_YAML ?= build/vaecf_pipeline.yaml
 SWEEP_YAML ?= build/vaecf_sweep.yaml

@@ -1,8 +1,9 @@
 """The pipeline's container images, in one place.
 
-Three images, one per dependency set (``docker/``): ``data`` (download, preprocess, split),
-``train`` (TensorFlow + Horovod + OpenMPI: the MPIJob and evaluate) and ``launcher`` (the
-train step, ``vaecf launch-mpijob``, and the report step). ``make pipeline`` sets the registry and
+Four images, one per dependency set (``docker/``): ``data`` (download, preprocess, split),
+``train`` (TensorFlow + Horovod + OpenMPI: the MPIJob and evaluate), ``launcher`` (the
+train step, ``vaecf launch-mpijob``, the report step and the optional serve step) and
+``serve`` (the KServe predictor, ``vaecf serve``). ``make pipeline`` sets the registry and
 tag, and pins images by digest when ``make push`` has recorded them.
 """
 
@@ -13,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-NAMES = ("data", "train", "launcher")
+NAMES = ("data", "train", "launcher", "serve")
 DEFAULT_REGISTRY = "ghcr.io/vaecf"
 DEFAULT_TAG = "0.1.0"
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -45,6 +46,10 @@ class Images:
     @property
     def launcher(self) -> str:
         return self.ref("launcher")
+
+    @property
+    def serve(self) -> str:
+        return self.ref("serve")
 
 
 def load_digests(path: Path) -> dict[str, str]:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the data, launcher and CPU train images with buildah (no Docker daemon, no registry)
-# and runs them: a data stage under an arbitrary uid, `vaecf launch-mpijob --help`,
+# Builds the data, launcher, CPU train and serve images with buildah (no Docker daemon, no
+# registry) and runs them: a data stage under an arbitrary uid, `vaecf launch-mpijob --help`,
 # `horovodrun --check-build` and `horovodrun -np 2` of a short `vaecf train` on a tiny
-# synthetic split that the data image made. Run by `make image-check`; needs root (buildah's
+# synthetic split that the data image made, and `vaecf serve` of that model (one v1 and one
+# v2 request on loopback, then SIGTERM and exit status 0). Run by `make image-check`; needs root (buildah's
 # storage, debootstrap) and installs its own prerequisites with apt-get on Debian.
 #
 # The pinned base python:3.11.11-slim-bookworm cannot be pulled here (no registry), so a
@@ -109,7 +110,7 @@ remove_containers() {
 open_containers() {
   local image
   trap remove_containers EXIT
-  for image in data launcher train-cpu; do
+  for image in data launcher train-cpu serve; do
     CONTAINERS[$image]=$(buildah from --pull=never "vaecf-$image:$TAG")
   done
 }
@@ -148,6 +149,8 @@ check_data() {
 check_launcher() {
   say "launcher as uid $RUN_UID"
   in_image launcher "$RUN_UID" vaecf launch-mpijob --help > /dev/null
+  in_image launcher "$RUN_UID" sh -c 'test -f "$VAECF_INFERENCESERVICE_TEMPLATE"' \
+    || fail "launcher lacks the InferenceService template of vaecf deploy"
   local err
   err=$(in_image launcher "$RUN_UID" python -c 'import matplotlib.pyplot' 2>&1)
   [ -z "$err" ] || fail "matplotlib under uid $RUN_UID: $err"
@@ -168,6 +171,32 @@ check_train() {
   [ -n "$(ls -A "$CHECK_DIR/data/model")" ] || fail "train wrote no model"
 }
 
+# The server and its clients run inside the serve image, on its loopback (chroot isolation
+# shares the host's network namespace; the clients use 127.0.0.1 only).
+check_serve() {
+  say "serve as uid $RUN_UID: one v1 and one v2 request, then SIGTERM"
+  local out
+  out=$(in_image serve "$RUN_UID" python -c '
+import json, pathlib
+from vaecf.serve.loadtest import ServerProcess, request
+server = ServerProcess("/data/model")
+server.start(pathlib.Path("/tmp/serve.log"))
+json_type = {"Content-Type": "application/json"}
+v1 = request(server.url, "POST", "/v1/models/vaecf:predict",
+             json.dumps({"instances": [{"items": [], "k": 5}]}).encode(), json_type)
+v2 = request(server.url, "POST", "/v2/models/vaecf/infer", json.dumps({"inputs": [
+    {"name": "items", "datatype": "BYTES", "shape": [1, 1], "data": ["no-such-item"]},
+    {"name": "k", "datatype": "INT32", "shape": [1], "data": [5]}]}).encode(), json_type)
+code = server.stop()
+assert v1[0] == 200 and len(json.loads(v1[1])["predictions"][0]["item_id"]) == 5, v1
+outputs = {o["name"]: o for o in json.loads(v2[1])["outputs"]} if v2[0] == 200 else v2
+assert outputs["item_id"]["shape"] == [1, 5] and outputs["fallback"]["data"] == [True], v2
+assert code == 0, f"exit status {code} after SIGTERM: {server.log_tail()}"
+print("serve ok")
+') || fail "vaecf serve in vaecf-serve: $out"
+  grep -q '^serve ok$' <<< "$out" || fail "vaecf serve in vaecf-serve: $out"
+}
+
 main() {
   [ "$(id -u)" = 0 ] || fail "run as root (buildah storage, debootstrap, chown)"
   install_prerequisites
@@ -180,12 +209,14 @@ main() {
   local train=$!
   build data docker/data.Dockerfile
   build launcher docker/launcher.Dockerfile
+  build serve docker/serve.Dockerfile
   wait "$train" || fail "train-cpu build"
   buildah images --filter "reference=vaecf-*:$TAG"
   open_containers
   check_data
   check_launcher
   check_train
+  check_serve
   say "all images built and ran"
 }
 

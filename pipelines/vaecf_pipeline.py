@@ -1,4 +1,5 @@
-"""The vaecf pipeline: download -> preprocess -> split -> train (MPIJob) -> evaluate -> report.
+"""The vaecf pipeline: download -> preprocess -> split -> train (MPIJob) -> evaluate -> report,
+and, with ``serve=true``, deploy (a KServe InferenceService serving the model).
 
 Compile it with ``make pipeline`` (or ``python -m pipelines.vaecf_pipeline --output FILE``),
 then ``kfp run create -e vaecf -r my-run -f build/vaecf_pipeline.yaml dataset=ml-20m ...``.
@@ -13,6 +14,7 @@ from typing import Any, Optional
 
 from kfp import compiler, dsl, kubernetes
 
+from components.deploy import deploy
 from components.download import download
 from components.evaluate import evaluate
 from components.images import DEFAULT, DEFAULT_REGISTRY, DEFAULT_TAG, Images, load_digests
@@ -48,7 +50,8 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
     """The pipeline with its images fixed (registry and tag, or digests)."""
 
     @dsl.pipeline(name="vaecf", description="Mult-VAE collaborative filtering: data, "
-                  "Horovod training as an MPIJob, GPU evaluation and a benchmark report.")
+                  "Horovod training as an MPIJob, GPU evaluation, a benchmark report and "
+                  "optional serving on KServe.")
     # Every parameter is a string: `kfp run submit key=value` sends strings, and the backend
     # refuses a string for an integer parameter (kubeflow/pipelines#11607). The stage CLIs
     # parse and check the numbers (`--epochs 1OO` fails that step with one line).
@@ -58,7 +61,8 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
               batch_per_rank: str = "1024", lr_scaling: str = "sqrt", precision: str = "fp32",
               workers: str = "2", gpus_per_worker: str = "1", compression: str = "none",
               nccl_debug: str = "WARN", s3_bucket: str = "vaecf", s3_prefix: str = "runs",
-              s3_secret: str = "vaecf-s3", train_image: str = images.train) -> None:
+              s3_secret: str = "vaecf-s3", train_image: str = images.train,
+              serve: str = "false", serve_image: str = images.serve) -> None:
         fetched = download(dataset=dataset, source=source, seed=seed)
         fetched.set_container_image(images.data)
         retry_io(use_s3_credentials(fetched, s3_secret))  # --source may be s3://
@@ -86,6 +90,14 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
         reported = report(split=splitted.outputs["split"], model=trained.outputs["model"],
                           evaluation=evaluated.outputs["evaluation"])
         reported.set_container_image(images.launcher)
+
+        with dsl.If(serve == "true", name="serve"):
+            deployed = deploy(model=trained.outputs["model"],
+                              run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, s3_bucket=s3_bucket,
+                              s3_prefix=s3_prefix, serve_image=serve_image)
+            deployed.set_container_image(images.launcher).set_caching_options(False)
+            deployed.after(evaluated)  # serve only a model whose evaluation succeeded
+            retry_io(use_s3_credentials(deployed, s3_secret))  # reads the model in S3
 
     return vaecf
 

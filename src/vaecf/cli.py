@@ -20,10 +20,13 @@ STAGES = {
     "train": "Train Mult-VAE (alone or under horovodrun/mpirun).",
     "evaluate": "Recall@20, Recall@50 and NDCG@100 of a model or baseline.",
     "recommend": "Top-k recommendations from a trained model.",
+    "serve": "Serve a trained model with KServe (v1, v2 REST and gRPC).",
+    "benchmark-serve": "Load-test a running 'vaecf serve': latency, users/s, memory.",
     "report": "Write the benchmark report (Markdown, HTML, JSON).",
     "benchmark": "Measure training speed over a matrix of configurations.",
     "launch-mpijob": "Run training as a Kubeflow MPIJob and wait for it.",
     "tune": "Search training hyperparameters; evaluate the best (by validation) on test.",
+    "deploy": "Create or update the KServe InferenceService serving a trained model.",
     "demo": "Run every stage on this machine on synthetic data.",
 }
 
@@ -33,10 +36,13 @@ NEEDS = {
     "train": ("tensorflow", "vaecf-train"),
     "evaluate": ("tensorflow", "vaecf-train"),
     "recommend": ("tensorflow", "vaecf-train"),
+    "serve": ("kserve", "vaecf-serve"),
+    "benchmark-serve": ("kserve", "vaecf-serve"),
     "benchmark": ("tensorflow", "vaecf-train"),
     "report": ("matplotlib", "vaecf-launcher"),
     "launch-mpijob": ("kubernetes", "vaecf-launcher"),
     "tune": ("tensorflow", "vaecf-train"),
+    "deploy": ("kubernetes", "vaecf-launcher"),
     "demo": ("tensorflow", "a development install (make install)"),
 }
 

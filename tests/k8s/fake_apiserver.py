@@ -1,7 +1,9 @@
-"""A small, real Kubernetes API server on loopback: just what ``vaecf launch-mpijob`` calls.
+"""A small, real Kubernetes API server on loopback: just what ``vaecf launch-mpijob`` and
+``vaecf deploy`` call.
 
 It speaks plain HTTP on 127.0.0.1 to the real ``kubernetes`` client: create/get/delete of
-MPIJobs, the MPIJob watch (one JSON event per line), pod list by label and a pod log stream.
+MPIJobs, the MPIJob watch (one JSON event per line), pod list by label and a pod log stream;
+get, create and merge-patch of InferenceServices.
 A ``Scenario`` scripts what the watched job goes through; every request is recorded so tests
 can assert on what the launcher sent (e.g. the DELETE after SIGTERM).
 """
@@ -40,6 +42,7 @@ class FakeCluster:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.jobs: dict[str, dict[str, Any]] = {}
+        self.services: dict[str, dict[str, Any]] = {}  # InferenceServices by name
         self.requests: list[Request] = []
         self.stop = threading.Event()
         self.watching = threading.Event()
@@ -55,6 +58,19 @@ class FakeCluster:
         job.setdefault("status", {})["conditions"] = [
             {"type": state, "status": "True", "reason": f"MPIJob{state}", "message": message}]
         return job
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge key by key, null deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
 
 
 class Handler(JsonHandler):
@@ -75,8 +91,13 @@ class Handler(JsonHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self._record(body)
+        request = self._record(body)
         name = body["metadata"]["name"]
+        if request.path.endswith("/inferenceservices"):
+            if name in self.cluster.services:
+                return self._status(409, "AlreadyExists")
+            self.cluster.services[name] = body
+            return self._json(201, body)
         if name in self.cluster.jobs:
             return self._status(409, "AlreadyExists")
         body["metadata"]["resourceVersion"] = "1"
@@ -97,6 +118,9 @@ class Handler(JsonHandler):
         parts = request.path.strip("/").split("/")
         if request.path.endswith("/mpijobs") and request.query.get("watch", "").lower() == "true":
             return self._watch(request)
+        if len(parts) == 7 and parts[5] == "inferenceservices":
+            service = self.cluster.services.get(parts[6])
+            return self._json(200, service) if service else self._status(404, "NotFound")
         if len(parts) == 7 and parts[5] == "mpijobs":
             job = self.cluster.jobs.get(parts[6])
             return self._json(200, job) if job else self._status(404, "NotFound")
@@ -108,6 +132,17 @@ class Handler(JsonHandler):
             return self._json(200, {"kind": "EventList", "apiVersion": "v1", "metadata": {},
                                     "items": self.cluster.scenario.events})
         self._status(404, "NotFound")
+
+    def do_PATCH(self) -> None:
+        """A JSON merge patch (RFC 7386) of an InferenceService."""
+        assert self.headers["Content-Type"] == "application/merge-patch+json"
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        request = self._record(body)
+        name = request.path.rsplit("/", 1)[-1]
+        if name not in self.cluster.services:
+            return self._status(404, "NotFound")
+        self.cluster.services[name] = merge_patch(self.cluster.services[name], body)
+        self._json(200, self.cluster.services[name])
 
     def _watch(self, request: Request) -> None:
         name = request.query.get("fieldSelector", "").removeprefix("metadata.name=")

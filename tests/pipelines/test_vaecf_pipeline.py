@@ -31,6 +31,7 @@ GOLDEN = Path(__file__).with_name("vaecf_pipeline.golden.yaml")
 ORDER = ["download", "preprocess", "split", "train", "evaluate", "report"]
 RUN_ID = "0d6c1f0e-3b1a-4c55-9a51-b2a3f40e5a77"  # what KFP puts in {{$.pipeline_job_uuid}}
 DIGEST = "sha256:" + "ab" * 32
+SERVE = "condition-1"  # the optional serve step's condition (serve=true)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,8 @@ def container(spec: dict[str, Any], task: str) -> dict[str, Any]:
 
 def test_six_tasks_run_in_pipeline_order(compiled) -> None:
     _, spec, _ = compiled
-    graph = {name: sorted(task.get("dependentTasks", [])) for name, task in tasks(spec).items()}
+    graph = {name: sorted(task.get("dependentTasks", [])) for name, task in tasks(spec).items()
+             if name != SERVE}
     assert graph == {"download": [], "preprocess": ["download"], "split": ["preprocess"],
                      "train": ["split"], "evaluate": ["split", "train"],
                      "report": ["evaluate", "split", "train"]}
@@ -199,7 +201,7 @@ def test_gpus_on_evaluate_and_through_the_mpijob_on_train(compiled) -> None:
 
 def test_s3_credentials_by_secret_reference_only(compiled) -> None:
     text, spec, platform = compiled
-    for task in ("download", "train"):
+    for task in ("download", "train", "deploy"):
         (secret,) = platform[f"exec-{task}"]["secretAsEnv"]
         assert secret["secretNameParameter"] == {"componentInputParameter": "s3_secret"}
         assert {e["envVar"]: e["secretKey"] for e in secret["keyToEnv"]} == {
@@ -207,10 +209,11 @@ def test_s3_credentials_by_secret_reference_only(compiled) -> None:
             "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY",
             "AWS_ENDPOINT_URL": "AWS_ENDPOINT_URL"}
     assert {t for t, p in platform.items() if "secretAsEnv" in p} == {"exec-download",
-                                                                      "exec-train"}
+                                                                      "exec-train",
+                                                                      "exec-deploy"}
     assert all("env" not in container(spec, task) for task in ORDER)
     mentions = [line.strip() for line in text.splitlines() if "AWS_" in line]
-    assert len(mentions) == 12  # 3 keys x (envVar, secretKey) x 2 tasks, names only
+    assert len(mentions) == 18  # 3 keys x (envVar, secretKey) x 3 tasks, names only
     assert all(re.fullmatch(r"(- envVar|secretKey): AWS_[A-Z_]+", m) for m in mentions)
     assert "password" not in text.lower() and "testing" not in text
 
@@ -221,7 +224,7 @@ def test_retries_on_io_steps_and_no_cache_for_training(compiled) -> None:
     assert retried == {"download", "train"}
     assert tasks(spec)["download"]["retryPolicy"]["maxRetryCount"] == 3
     caching = {name: task["cachingOptions"].get("enableCache", False)
-               for name, task in tasks(spec).items()}
+               for name, task in tasks(spec).items() if name != SERVE}
     assert caching == {name: name != "train" for name in ORDER}
 
 
@@ -288,19 +291,43 @@ def test_make_push_records_digests_that_make_pipeline_pins(tmp_path) -> None:
                     f"PIPELINE_YAML={output}", f"PY={sys.executable}"],
                    cwd=ROOT, check=True, capture_output=True)
     assert json.loads(digests.read_text()) == {"data": DIGEST, "train": DIGEST,
-                                               "launcher": DIGEST}
+                                               "launcher": DIGEST, "serve": DIGEST}
     lines = calls.read_text().splitlines()
-    assert [line.split()[0] for line in lines] == ["build"] * 4 + ["push", "image"] * 3 + ["push"]
+    assert [line.split()[0] for line in lines] == ["build"] * 5 + ["push", "image"] * 4 + ["push"]
     assert lines[0].startswith("build -f docker/data.Dockerfile -t "
                                "registry.example/ml/vaecf-data:2.0")
     # The CPU flavour of the train image (manifests/overlays/cpu) is built and pushed by tag.
-    assert lines[3] == ("build -f docker/train.Dockerfile --build-arg FLAVOUR=cpu "
+    assert lines[4] == ("build -f docker/train.Dockerfile --build-arg FLAVOUR=cpu "
                         "-t registry.example/ml/vaecf-train-cpu:2.0 .")
     assert lines[-1] == "push registry.example/ml/vaecf-train-cpu:2.0"
     spec = next(yaml.safe_load_all(output.read_text()))
     images = {container(spec, task)["image"] for task in ORDER}
     assert images == {f"registry.example/ml/vaecf-{n}@{DIGEST}" for n in ("data", "train",
                                                                           "launcher")}
+
+
+def test_serve_step_is_optional_off_by_default_and_parses(compiled) -> None:
+    _, spec, _ = compiled
+    root = spec["root"]["inputDefinitions"]["parameters"]
+    assert root["serve"]["defaultValue"] == "false"
+    assert root["serve_image"]["defaultValue"] == Images().serve
+    condition = tasks(spec)[SERVE]
+    assert condition["triggerPolicy"]["condition"] == (
+        "inputs.parameter_values['pipelinechannel--serve'] == 'true'")
+    assert sorted(condition["dependentTasks"]) == ["evaluate", "train"]
+    step = spec["components"]["comp-condition-1"]["dag"]["tasks"]["deploy"]
+    assert step["cachingOptions"] == {}  # never cached: each run deploys its own model
+    assert container(spec, "deploy")["image"] == Images().launcher
+    assert container(spec, "deploy")["command"] == ["vaecf", "deploy"]
+    values = {"run_id": RUN_ID, "s3_bucket": root["s3_bucket"]["defaultValue"],
+              "s3_prefix": root["s3_prefix"]["defaultValue"],
+              "serve_image": Images().serve, "name": "vaecf"}
+    argv = [x for arg in container(spec, "deploy")["args"]
+            for x in resolve(arg, values, {"model": "/kfp/model"})]
+    args = build_parser("deploy").parse_args(argv)
+    assert (args.model, args.store, args.image) == ("/kfp/model", "s3://vaecf/runs",
+                                                    Images().serve)
+    assert "retryPolicy" in step  # reads the model in S3, talks to the API server
 
 
 def test_image_refs_and_digest_file_validation(tmp_path) -> None:

@@ -151,3 +151,41 @@ def test_bad_input_names_the_problem_and_writes_nothing(model: Path, tmp_path: P
     assert code == 1
     assert err.strip() == f"vaecf recommend: error: {tmp_path / 'in.csv'}: {message}"
     assert not (tmp_path / "out").exists()
+
+
+def test_a_model_exported_without_its_id_map_is_refused_in_one_line(model: Path, tmp_path: Path,
+                                                                     cli) -> None:
+    """A SavedModel of an earlier vaecf (no item id map, no recommend_ids) is refused: the
+    raw ids are read through the SavedModel's own map, never guessed."""
+    import tensorflow as tf
+
+    class Earlier(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="row_splits"),
+                                      tf.TensorSpec([None], tf.int64, name="item_idx"),
+                                      tf.TensorSpec([], tf.int32, name="k")])
+        def recommend(self, row_splits, item_idx, k):  # type: ignore[no-untyped-def]
+            return {"item_idx": tf.zeros([1, 1], tf.int32), "scores": tf.zeros([1, 1])}
+
+    copy = tmp_path / "model"
+    shutil.copytree(model, copy)
+    shutil.rmtree(copy / "saved_model")
+    earlier = Earlier()
+    tf.saved_model.save(earlier, str(copy / "saved_model"),
+                        signatures={"recommend": earlier.recommend})
+    manifest = json.loads((copy / "train_manifest.json").read_text())
+    files = {k: v for k, v in manifest["files"].items() if not k.startswith("saved_model/")}
+    for path in sorted((copy / "saved_model").rglob("*")):
+        if path.is_file():
+            files[str(path.relative_to(copy))] = {"bytes": path.stat().st_size,
+                                                   "sha256": sha256_file(path)}
+    manifest["files"] = files
+    (copy / "train_manifest.json").write_text(json.dumps(manifest))
+    pd.DataFrame({"user_id": [1], "item_id": [item_ids(model)[0]]}).to_csv(
+        tmp_path / "in.csv", index=False)
+    code, _, err = cli("recommend", "--model", copy, "--input", tmp_path / "in.csv",
+                       "--output", tmp_path / "out")
+    assert code == 1
+    assert err == (f"vaecf recommend: error: {copy / 'saved_model'}: this SavedModel has no "
+                   "item id map (exported by an older vaecf); train it again with this "
+                   "version\n")
+    assert not (tmp_path / "out").exists()

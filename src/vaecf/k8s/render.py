@@ -94,6 +94,11 @@ def job_name(run_id: str, prefix: str = "vaecf-train") -> str:
     return name
 
 
+def run_label(run_id: str) -> str:
+    """``run_id`` as a label value: <= 63 of [A-Za-z0-9._-], alphanumeric at both ends."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", run_id)[:63].strip("-._")
+
+
 def validate(params: MPIJobParams) -> None:
     """Refuse bad parameters before anything is created (a bad input must not hold GPUs)."""
     checks: list[tuple[bool, str]] = [
@@ -193,8 +198,7 @@ def render(template: dict[str, Any], params: MPIJobParams) -> dict[str, Any]:
     metadata = job.setdefault("metadata", {})
     metadata["name"] = params.name
     metadata["namespace"] = params.namespace
-    label = re.sub(r"[^A-Za-z0-9._-]", "-", params.run_id)[:63].strip("-._")
-    metadata.setdefault("labels", {})[RUN_ID_LABEL] = label
+    metadata.setdefault("labels", {})[RUN_ID_LABEL] = run_label(params.run_id)
     spec = job["spec"]
     spec["slotsPerWorker"] = params.slots_per_worker
     launcher = _container(spec, "Launcher")

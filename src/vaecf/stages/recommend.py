@@ -26,6 +26,7 @@ from vaecf import log
 from vaecf.data.splits import save_parquet
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, read_manifest, write_manifest
+from vaecf.serve.model import item_id_map
 from vaecf.stages import new_parser, run_stage
 
 STAGE = "recommend"
@@ -105,6 +106,19 @@ def id_text(ids: pd.Series) -> pd.Series:
     return ids.astype(str).str.replace(r"^(-?\d+)\.0*$", r"\1", regex=True)
 
 
+def saved_id_map(loaded: object, item_ids: np.ndarray, model_dir: Path) -> np.ndarray:
+    """The SavedModel's own raw id map (text), the one ``vaecf serve`` uses.
+
+    ``item_index.parquet`` only gives the ids their type in the output; it must list the
+    same ids. A model exported without the map is refused (``item_id_map``).
+    """
+    text = item_id_map(loaded, str(model_dir / "saved_model"))
+    if not np.array_equal(id_text(pd.Series(item_ids)).to_numpy(dtype=object), text):
+        raise VaecfError(f"{model_dir / 'item_index.parquet'}: does not list the item ids of "
+                         "the SavedModel's id map")
+    return text
+
+
 def recommend(model_dir: Path, item_ids: np.ndarray, pairs: pd.DataFrame,
               top_k: int) -> tuple[pa.Table, int]:
     """Top-k per user; returns the table and the number of pairs with an unknown item.
@@ -114,8 +128,9 @@ def recommend(model_dir: Path, item_ids: np.ndarray, pairs: pd.DataFrame,
     """
     import tensorflow as tf
 
-    lookup = pd.Series(np.arange(item_ids.size, dtype=np.int64), index=id_text(
-        pd.Series(item_ids)))
+    loaded = tf.saved_model.load(str(model_dir / "saved_model"))
+    lookup = pd.Series(np.arange(item_ids.size, dtype=np.int64),
+                       index=saved_id_map(loaded, item_ids, model_dir))
     raw_items = id_text(pairs["item_id"])
     known = raw_items.isin(lookup.index).to_numpy()
     users = np.sort(pairs["user_id"].unique())
@@ -125,7 +140,7 @@ def recommend(model_dir: Path, item_ids: np.ndarray, pairs: pd.DataFrame,
     order = np.lexsort((items, rows))
     rows, items = rows[order], items[order]
     splits = np.searchsorted(rows, np.arange(users.size + 1))
-    signature = tf.saved_model.load(str(model_dir / "saved_model")).signatures["recommend"]
+    signature = loaded.signatures["recommend"]
     top_items, top_scores = [], []
     progress = log.Progress("recommending", total=users.size, unit="users")
     for start in range(0, users.size, BATCH_USERS):

@@ -1,9 +1,16 @@
-"""SavedModel export: the ``score`` and ``recommend`` signatures of contracts.md.
+"""SavedModel export: the ``score``, ``recommend`` and ``recommend_ids`` signatures.
 
-Both take a batch of users as ragged rows: ``row_splits`` (int64 [B+1]) and ``item_idx``
-(int64 [nnz]), the users' fold-in items. ``score`` returns the unmasked float32 logits over
-the real ``n_items`` (not the padded count); ``recommend`` returns the top ``k`` items that
-are not among the user's own, with their scores.
+``score`` and ``recommend`` take a batch of users as ragged rows: ``row_splits`` (int64 [B+1])
+and ``item_idx`` (int64 [nnz]), the users' fold-in items. ``score`` returns the unmasked
+float32 logits over the real ``n_items`` (not the padded count); ``recommend`` returns the top
+``k`` items that are not among the user's own, with their scores.
+
+``recommend_ids`` speaks raw ids: the SavedModel carries its item id map (raw id as text ->
+item_idx, a ``tf.lookup.StaticHashTable``) and the training popularity of every item, so the
+model folder alone answers requests in raw ids through any TensorFlow runtime, TF Serving's
+included (whose REST API takes only dense tensors: the users' ids come as a padded string
+matrix). The same map is the one ``vaecf recommend`` and ``vaecf serve`` use
+(``ServingModule.item_ids``).
 
 The exported model is a float32 copy of the trained weights, whatever the training precision:
 serving and evaluation then do not depend on float16/bfloat16 support of the device.
@@ -14,12 +21,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 import tensorflow as tf
 
 from vaecf.model import MultVAE, SparseBatch
 
 SIGNATURE_INPUTS = (tf.TensorSpec([None], tf.int64, name="row_splits"),
                     tf.TensorSpec([None], tf.int64, name="item_idx"))
+# Batched ``k`` (one per user): TF Serving's row ("instances") form needs every input batched.
+RAW_ID_INPUTS = (tf.TensorSpec([None, None], tf.string, name="items"),
+                 tf.TensorSpec([None], tf.int32, name="k"))
+PADDING_ID = ""  # pads a user's row of raw ids; never an item id
 
 
 def ragged_batch(row_splits: tf.Tensor, item_idx: tf.Tensor) -> SparseBatch:
@@ -44,13 +56,24 @@ class _Untracked:
 
 
 class ServingModule(tf.Module):
-    """What the SavedModel holds: the model's variables and the two signatures."""
+    """What the SavedModel holds: the model's variables, the item id map and popularity.
 
-    def __init__(self, model: MultVAE) -> None:
+    Args:
+      item_ids: (n_items,) raw id of each item_idx, written as text.
+      popularity: (n_items,) training users per item: the ranking of a user with no known item.
+    """
+
+    def __init__(self, model: MultVAE, item_ids: np.ndarray, popularity: np.ndarray) -> None:
         super().__init__()
         self.model_variables = [v.value for v in model.variables]
         self._keras = _Untracked(model)
         self.n_items = model.n_items
+        self.item_ids = tf.Variable(item_ids, trainable=False, name="item_ids")
+        self.popularity = tf.Variable(popularity.astype(np.float32), trainable=False,
+                                      name="popularity")
+        self.id_table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(item_ids), tf.range(self.n_items, dtype=tf.int64)), default_value=-1)
 
     def _scores(self, row_splits: tf.Tensor, item_idx: tf.Tensor) -> tf.Tensor:
         batch = ragged_batch(row_splits, item_idx)
@@ -77,13 +100,72 @@ class ServingModule(tf.Module):
         top = tf.math.top_k(masked, k=tf.minimum(k, self.n_items))
         return {"item_idx": top.indices, "scores": top.values}
 
+    @tf.function(input_signature=RAW_ID_INPUTS)
+    def recommend_ids(self, items: tf.Tensor, k: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Top-k raw ids for users given by raw ids; one model call for the whole batch.
+
+        Args:
+          items: string [B, L], each user's item ids, right-padded with "".
+          k: int32 [B], items wanted per user (capped at ``n_items``).
+
+        Returns:
+          ``item_id`` string [B, K] and ``scores`` float32 [B, K] with K = max(k): the best
+          items not among the user's own; a user's slots past its own k (or past its unknown
+          items) hold "" and -inf. ``unknown`` int32 [B]: ids the model does not know (ignored).
+          ``fallback`` bool [B]: no known item, so the ranking is the training popularity
+          (scores are then training users per item).
+        """
+        idx = self.id_table.lookup(items)
+        known = idx >= 0
+        unknown = tf.reduce_sum(tf.cast(~known & (items != PADDING_ID), tf.int32), axis=1)
+        users = tf.shape(items, out_type=tf.int64)[0]
+        where = tf.where(known)  # [nnz, 2]: (user, position)
+        pairs = tf.stack([where[:, 0], tf.gather_nd(idx, where)], axis=1)
+        # Multi-hot [B, n_items]: duplicates count once, and the pairs come back sorted.
+        own = tf.scatter_nd(pairs, tf.ones_like(pairs[:, 0], tf.int32),
+                            tf.stack([users, tf.cast(self.n_items, tf.int64)])) > 0
+        unique = tf.where(own)
+        scores = self._scores(
+            tf.ragged.segment_ids_to_row_splits(unique[:, 0], num_segments=users),
+            unique[:, 1])
+        fallback = ~tf.reduce_any(own, axis=1)
+        scores = tf.where(fallback[:, None], self.popularity[None, :], scores)
+        masked = tf.where(own, tf.constant(-np.inf, tf.float32), scores)
+        k = tf.minimum(k, self.n_items)
+        top = tf.math.top_k(masked, k=tf.reduce_max(tf.concat([k, [0]], axis=0)))
+        wanted = (tf.range(tf.shape(top.indices)[1])[None, :] < k[:, None]) & tf.math.is_finite(
+            top.values)
+        return {"item_id": tf.where(wanted, tf.gather(self.item_ids, top.indices), PADDING_ID),
+                "scores": tf.where(wanted, top.values, tf.constant(-np.inf, tf.float32)),
+                "unknown": unknown, "fallback": fallback}
+
+
+def item_id_text(item_ids: np.ndarray) -> np.ndarray:
+    """Raw ids as the text the SavedModel matches: ``4`` for an integer id, never ``4.0``."""
+    return np.array([str(int(i)) if isinstance(i, (int, np.integer)) else str(i)
+                     for i in item_ids.tolist()], dtype=object)
+
 
 def export(weights: list[np.ndarray], *, n_items: int, hidden: int, latent: int,
-           path: Path) -> None:
-    """Write a float32 SavedModel of ``weights`` (in ``MultVAE.weights`` order) to ``path``."""
+           path: Path, item_ids: np.ndarray, train: sp.csr_matrix) -> None:
+    """Write a float32 SavedModel of ``weights`` (in ``MultVAE.weights`` order) to ``path``.
+
+    Args:
+      item_ids: (n_items,) raw id of each item_idx (the split's ``item_index.parquet``).
+      train: (users, n_items) training matrix; its column counts are the popularity fallback.
+    """
+    text = item_id_text(np.asarray(item_ids))
+    if text.size != n_items or len(set(text)) != n_items:
+        raise ValueError(f"item ids: expected {n_items} distinct ids, got {text.size} "
+                         f"({len(set(text))} distinct)")
     model = MultVAE(n_items, hidden=hidden, latent=latent, dropout=0.0, policy="float32")
     model.build_variables()
     model.set_weights(weights)
-    module = ServingModule(model)
+    popularity = np.asarray((train > 0).sum(axis=0), dtype=np.float32).ravel()
+    module = ServingModule(model, np.array([t.encode() for t in text], dtype=object),
+                           popularity)
     tf.saved_model.save(module, str(path),
-                        signatures={"score": module.score, "recommend": module.recommend})
+                        # serving_default: what TF Serving answers when no signature is named
+                        signatures={"score": module.score, "recommend": module.recommend,
+                                    "recommend_ids": module.recommend_ids,
+                                    "serving_default": module.recommend_ids})

@@ -86,7 +86,8 @@ def _write_output(staging: Path, trainer: Trainer, split: Split, digests: list[s
     if state.best_weights is None:
         raise VaecfError("no epoch was validated: nothing to export")
     export(state.best_weights, n_items=trainer.n_items, hidden=config.hidden,
-           latent=config.latent, path=staging / "saved_model")
+           latent=config.latent, path=staging / "saved_model", item_ids=split.item_ids,
+           train=split.train)
     with open(staging / "train_log.jsonl", "w") as handle:
         for record in state.log:
             handle.write(json.dumps(record, sort_keys=True) + "\n")

@@ -1,0 +1,5 @@
+"""KFP component of `vaecf deploy`."""
+
+from components.deploy.component import deploy
+
+__all__ = ["deploy"]

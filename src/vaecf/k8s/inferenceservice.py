@@ -1,0 +1,139 @@
+"""Render the vaecf InferenceService (serving.kserve.io/v1beta1) and create or update it.
+
+The template is ``manifests/serving/inferenceservice.yaml``, itself an applicable service;
+``render`` changes only what varies per deployment (name, namespace, run label, image, the
+model's ``STORAGE_URI``, ServiceAccount, ``--model_name``) and keeps resources, probes and
+security settings as written. ``apply`` uses only the verbs of ``manifests/serving/rbac.yaml``:
+get, then create (absent) or a merge patch (present).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vaecf import log
+from vaecf.errors import VaecfError
+from vaecf.io.storage import is_s3, split_s3
+from vaecf.k8s import render
+
+GROUP, VERSION, PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"
+TEMPLATE_ENV = "VAECF_INFERENCESERVICE_TEMPLATE"
+STORAGE_URI = "STORAGE_URI"
+
+
+@dataclass(frozen=True)
+class ServiceParams:
+    """What varies between deployments; everything else comes from the template."""
+
+    name: str
+    namespace: str
+    run_id: str
+    image: str
+    storage_uri: str
+    service_account: str = "vaecf-serve"
+
+
+def default_template() -> Path:
+    """``$VAECF_INFERENCESERVICE_TEMPLATE`` (set in the launcher image), else the repo's."""
+    configured = os.environ.get(TEMPLATE_ENV)
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parents[3] / "manifests" / "serving" / "inferenceservice.yaml"
+
+
+def validate(params: ServiceParams) -> None:
+    """Refuse bad parameters before anything reaches the cluster."""
+    checks = [
+        (bool(render._DNS1035.match(params.name)) and len(params.name) <= 45,
+         f"--name {params.name!r}: expected a DNS-1035 label of at most 45 characters "
+         "(KServe appends '-predictor-...' to it)"),
+        (bool(render._DNS1123.match(params.namespace)) and len(params.namespace) <= 63,
+         f"--namespace {params.namespace!r}: expected a DNS-1123 label"),
+        (bool(render._DNS1123.match(params.service_account)),
+         f"--service-account {params.service_account!r}: expected a DNS-1123 name"),
+        (bool(render._IMAGE.match(params.image)),
+         f"--image {params.image!r}: expected registry/name[:tag][@sha256:digest]"),
+        (is_s3(params.storage_uri),
+         f"model {params.storage_uri!r}: KServe's storage initializer needs an s3:// URI"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise VaecfError(message)
+    split_s3(params.storage_uri)  # raises on a malformed bucket
+
+
+def render_service(template: dict[str, Any], params: ServiceParams) -> dict[str, Any]:
+    """The InferenceService for ``params``: a deep copy of ``template`` with its fields set."""
+    validate(params)
+    if template.get("kind") != "InferenceService":
+        raise VaecfError("InferenceService template: not an InferenceService manifest")
+    service = copy.deepcopy(template)
+    metadata = service.setdefault("metadata", {})
+    metadata["name"], metadata["namespace"] = params.name, params.namespace
+    metadata.setdefault("labels", {})[render.RUN_ID_LABEL] = render.run_label(params.run_id)
+    predictor = service["spec"]["predictor"]
+    predictor["serviceAccountName"] = params.service_account
+    try:
+        (container,) = predictor["containers"]
+    except (KeyError, ValueError) as err:
+        raise VaecfError("InferenceService template: expected one predictor container") from err
+    container["image"] = params.image
+    args = container.setdefault("args", [])
+    if "--model_name" in args:
+        args[args.index("--model_name") + 1] = params.name
+    probe = container.get("readinessProbe", {}).get("httpGet")
+    if probe is not None:
+        probe["path"] = f"/v1/models/{params.name}"
+    env = [e for e in container.get("env", []) if e.get("name") != STORAGE_URI]
+    container["env"] = [{"name": STORAGE_URI, "value": params.storage_uri}, *env]
+    return service
+
+
+def load_template(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        template: dict[str, Any] = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise VaecfError(f"{path}: cannot read the InferenceService template ({err})") from err
+    if not isinstance(template, dict):
+        raise VaecfError(f"{path}: not an InferenceService manifest")
+    return template
+
+
+def apply(api_client: Any, service: dict[str, Any]) -> str:
+    """Create the service, or merge-patch an existing one; returns "created" or "updated"."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    custom = client.CustomObjectsApi(api_client)
+    namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
+    ref = f"inferenceservice {namespace}/{name}"
+    try:
+        custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        exists = True
+    except ApiException as err:
+        if err.status != 404:
+            raise VaecfError(f"{ref}: get failed: HTTP {err.status} {err.reason}") from err
+        exists = False
+    try:
+        if exists:
+            custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                                  service)
+        else:
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, service)
+    except ApiException as err:
+        verb = "patch" if exists else "create"
+        raise VaecfError(f"{ref}: {verb} failed: HTTP {err.status} {err.reason}") from err
+    outcome = "updated" if exists else "created"
+    log.info(f"{outcome} {ref} (model {service_storage_uri(service)})")
+    return outcome
+
+
+def service_storage_uri(service: dict[str, Any]) -> str:
+    (container,) = service["spec"]["predictor"]["containers"]
+    return str(next(e["value"] for e in container["env"] if e["name"] == STORAGE_URI))

@@ -1,0 +1,115 @@
+"""``vaecf benchmark-serve``: load a real ``vaecf serve`` process and compare with the floors.
+
+Scenarios: every (concurrent clients, users per request) pair, each run for ``seconds`` with
+closed-loop clients on loopback; the server's resident memory is read before and after each
+scenario, and growth is reported over the whole run and over the floor's own scenario. The
+same ``recommend_ids`` signature called in this process on requests of the largest size gives
+the ceiling that batched requests are compared with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vaecf import log
+from vaecf.serve.loadtest import ServerProcess, in_process_rate, load, v1_body
+from vaecf.serve.model import ServedModel
+
+PATH = "/v1/models/vaecf:predict"
+# The issue's floors on the 2-core development machine (ML-20M-sized model, 20,108 items).
+FLOOR_P50_MS, FLOOR_P99_MS, FLOOR_CLIENTS = 10.0, 50.0, 8
+FLOOR_MEMORY_GROWTH, FLOOR_BATCH_SHARE = 0.05, 0.5
+
+
+@dataclass(frozen=True)
+class ServeBenchmarkConfig:
+    model: str
+    clients: tuple[int, ...] = (1, 8, 32)
+    users_per_request: tuple[int, ...] = (1, 32)
+    seconds: float = 60.0
+    items_per_user: int = 73  # ML-20M's mean after filtering
+    k: int = 20
+    seed: int = 0
+
+
+def bodies(item_ids: np.ndarray, users: int, config: ServeBenchmarkConfig,
+           count: int = 256) -> list[bytes]:
+    """``count`` v1 request bodies of ``users`` random users each (seeded)."""
+    rng = np.random.default_rng(config.seed)
+    size = min(config.items_per_user, item_ids.size)
+    return [v1_body([rng.choice(item_ids, size, replace=False).tolist() for _ in range(users)],
+                    config.k) for _ in range(count)]
+
+
+def run_serve_benchmark(config: ServeBenchmarkConfig, log_dir: Path) -> dict[str, Any]:
+    """Every scenario against one server process; the result as ``serve_benchmark.json``."""
+    model = ServedModel.load(config.model)
+    item_ids, largest = model.item_ids, max(config.users_per_request)
+    rng = np.random.default_rng(config.seed)
+    sample = [rng.choice(item_ids, min(config.items_per_user, item_ids.size),
+                         replace=False).tolist() for _ in range(largest)]
+    in_process = in_process_rate(model, sample, min(config.seconds, 20.0))
+    log.info(f"in-process recommend_ids, {largest} users per call: {in_process:,.0f} users/s")
+    del model
+    runs = []
+    server = ServerProcess(config.model)
+    server.start(log_dir / "serve.log")
+    try:
+        memory_before = server.rss_bytes()
+        for users in config.users_per_request:
+            payloads = bodies(item_ids, users, config)
+            for clients in config.clients:
+                rss_before = server.rss_bytes()
+                result = load(server.url, PATH, payloads, users, clients, config.seconds)
+                rss_after = server.rss_bytes()
+                log.info(f"{clients:>3} clients x {users:>3} users/request: p50 "
+                         f"{result.p50_ms} ms, p99 {result.p99_ms} ms, "
+                         f"{result.users_per_second:,.0f} users/s, {result.errors} errors, "
+                         f"server memory {rss_before / 2**20:,.0f} -> "
+                         f"{rss_after / 2**20:,.0f} MiB")
+                runs.append({**result.as_dict(), "rss_before_bytes": rss_before,
+                             "rss_after_bytes": rss_after})
+        memory_after = server.rss_bytes()
+    finally:
+        code = server.stop()
+    return {"config": asdict(config), "in_process_users_per_second": round(in_process, 1),
+            "server_rss_bytes": {"before": memory_before, "after": memory_after},
+            "server_exit_code": code, "runs": runs,
+            "floors": floors(runs, in_process, memory_before, memory_after, largest)}
+
+
+def floors(runs: list[dict[str, Any]], in_process: float, memory_before: int,
+           memory_after: int, largest: int) -> dict[str, Any]:
+    """Each floor of the issue with the measured value; None where no run measured it."""
+    def run(clients: int, users: int) -> dict[str, Any] | None:
+        return next((r for r in runs if r["clients"] == clients
+                     and r["users_per_request"] == users), None)
+
+    single = run(FLOOR_CLIENTS, 1)
+    batched = max((r["users_per_second"] for r in runs if r["users_per_request"] == largest),
+                  default=None)
+    growth = (memory_after - memory_before) / memory_before
+    checks: dict[str, Any] = {"memory_growth": {"value": round(growth, 4),
+                                                "floor": f"< {FLOOR_MEMORY_GROWTH}",
+                                                "met": growth < FLOOR_MEMORY_GROWTH}}
+    if single is not None:
+        own = (single["rss_after_bytes"] - single["rss_before_bytes"]) / single[
+            "rss_before_bytes"]
+        checks["memory_growth_single_user_8_clients"] = {
+            "value": round(own, 4), "floor": f"< {FLOOR_MEMORY_GROWTH}",
+            "met": own < FLOOR_MEMORY_GROWTH}
+        checks["single_user_8_clients"] = {
+            "p50_ms": single["p50_ms"], "p99_ms": single["p99_ms"], "errors": single["errors"],
+            "floor": f"p50 <= {FLOOR_P50_MS} ms, p99 <= {FLOOR_P99_MS} ms, 0 errors",
+            "met": (single["p50_ms"] <= FLOOR_P50_MS and single["p99_ms"] <= FLOOR_P99_MS
+                    and single["errors"] == 0)}
+    if batched is not None:
+        share = batched / in_process
+        checks[f"{largest}_user_requests_vs_in_process"] = {
+            "value": round(share, 3), "floor": f">= {FLOOR_BATCH_SHARE}",
+            "met": share >= FLOOR_BATCH_SHARE}
+    return checks

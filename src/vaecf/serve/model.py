@@ -1,0 +1,88 @@
+"""A ``vaecf train`` output loaded for serving: its ``recommend_ids`` signature and id map.
+
+The SavedModel alone answers in raw ids (``vaecf.train.export``): the id map, the popularity
+fallback and the masking of a user's own items all live in the graph, so ``vaecf serve``,
+``vaecf recommend`` and TF Serving give the same answer for the same request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vaecf.errors import VaecfError
+from vaecf.io import open_input, read_manifest
+
+SIGNATURE = "recommend_ids"
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """The answer for a batch of B users, K = the largest k asked.
+
+    Attributes:
+      item_ids: object [B, K], raw ids as text; "" past a user's own k.
+      scores: float32 [B, K], the model's logits (training users per item for a fallback
+        user); -inf past a user's own k.
+      unknown: int32 [B], ids of the request the model does not know (ignored).
+      fallback: bool [B], the user had no known item: the ranking is the training popularity.
+    """
+
+    item_ids: np.ndarray
+    scores: np.ndarray
+    unknown: np.ndarray
+    fallback: np.ndarray
+
+    def rows(self, start: int, stop: int, width: int) -> Ranking:
+        """Users ``start:stop`` and their first ``width`` places (one request of a batch)."""
+        return Ranking(self.item_ids[start:stop, :width], self.scores[start:stop, :width],
+                       self.unknown[start:stop], self.fallback[start:stop])
+
+
+def item_id_map(loaded: Any, where: str) -> np.ndarray:
+    """The raw id (text) of each item_idx, (n_items,), from a loaded SavedModel.
+
+    Raises:
+      VaecfError: the model was exported before the SavedModel carried its id map.
+    """
+    if not hasattr(loaded, "item_ids") or SIGNATURE not in loaded.signatures:
+        raise VaecfError(f"{where}: this SavedModel has no item id map (exported by an older "
+                         "vaecf); train it again with this version")
+    return np.array([i.decode() for i in loaded.item_ids.numpy().tolist()], dtype=object)
+
+
+class ServedModel:
+    """The ``recommend_ids`` signature of a trained model, loaded once."""
+
+    def __init__(self, loaded: Any, where: str) -> None:
+        self.item_ids = item_id_map(loaded, where)
+        self.n_items = int(self.item_ids.size)
+        self._loaded = loaded  # keeps the signature's variables alive
+        self._signature = loaded.signatures[SIGNATURE]
+
+    @classmethod
+    def load(cls, uri: str) -> ServedModel:
+        """Load and verify a ``vaecf train`` output (local dir or s3://; checksums checked)."""
+        import tensorflow as tf
+
+        with open_input(uri) as local:
+            read_manifest(local, "train", required=["saved_model/saved_model.pb"])
+            return cls(tf.saved_model.load(str(local / "saved_model")), uri)
+
+    def recommend(self, users: Sequence[Sequence[str]], k: Sequence[int]) -> Ranking:
+        """Top-k raw ids for each user of ``users`` (their items as raw ids), one model call."""
+        import tensorflow as tf
+
+        width = max(1, max(len(items) for items in users))
+        padded = np.full((len(users), width), "", dtype=object)
+        for row, items in enumerate(users):
+            padded[row, :len(items)] = items
+        out = self._signature(items=tf.constant(padded, tf.string),
+                              k=tf.constant(np.asarray(k, np.int32)))
+        return Ranking(item_ids=np.char.decode(out["item_id"].numpy().astype(np.bytes_),
+                                               "utf-8").astype(object),
+                       scores=out["scores"].numpy(), unknown=out["unknown"].numpy(),
+                       fallback=out["fallback"].numpy())

@@ -1,0 +1,199 @@
+"""Requests in, rankings out: v1 (KServe and TF Serving JSON) and v2 (Open Inference Protocol).
+
+A request names B users by their items (raw ids, as text) and how many items each wants:
+
+- v1 rows: ``{"instances": [{"items": ["1", "50"], "k": 20}, ...]}`` (``k`` optional, 20),
+  answered ``{"predictions": [{"item_id": [...], "scores": [...], "unknown": 0,
+  "fallback": false}, ...]}``;
+- v1 columns, TF Serving's form: ``{"inputs": {"items": [["1", "50"], ...], "k": [20, ...]}}``
+  (rows right-padded with ""), answered ``{"outputs": {"item_id": [[...]], ...}}``;
+- v2: ``items`` BYTES [B, L] ("" pads) and ``k`` INT32 [B] or [1], answered ``item_id``
+  BYTES [B, K], ``scores`` FP32 [B, K], ``unknown`` INT32 [B], ``fallback`` BOOL [B].
+
+Whatever is wrong in a request raises ``InvalidInput`` (HTTP 400) with one line naming the
+field, or ``RequestTooLarge`` (413) past the limits below; nothing a client sends reaches the
+model unchecked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+from kserve.errors import InvalidInput
+from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+
+from vaecf.serve.model import Ranking
+
+DEFAULT_K = 20
+MAX_K = 1000
+MAX_USERS = 1024  # per request
+MAX_ITEMS = 10_000  # per user; ML-20M's most active user has 9,254 ratings
+MAX_BODY_BYTES = 8 * 2**20  # checked from Content-Length before the body is read
+INPUTS = [{"name": "items", "datatype": "BYTES", "shape": [-1, -1]},
+          {"name": "k", "datatype": "INT32", "shape": [-1]}]
+OUTPUTS = [{"name": "item_id", "datatype": "BYTES", "shape": [-1, -1]},
+           {"name": "scores", "datatype": "FP32", "shape": [-1, -1]},
+           {"name": "unknown", "datatype": "INT32", "shape": [-1]},
+           {"name": "fallback", "datatype": "BOOL", "shape": [-1]}]
+
+
+class RequestTooLarge(InvalidInput):
+    """A request past a documented limit (HTTP 413)."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """B users of one request: their items (raw ids, "" padding dropped) and their k."""
+
+    users: list[list[str]]
+    k: list[int]
+    columns: bool = False  # v1: answer in TF Serving's columnar form
+
+
+def _ids(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list):
+        raise InvalidInput(f"{where}: expected a list of item ids (strings)")
+    if len(value) > MAX_ITEMS:
+        raise RequestTooLarge(f"{where}: {len(value):,} items, over the limit of {MAX_ITEMS:,} "
+                              "per user")
+    for position, item in enumerate(value):
+        if not isinstance(item, str):
+            raise InvalidInput(f"{where}[{position}]: expected an item id as a string, got "
+                               f"{_short(item)}")
+    return [item for item in value if item]
+
+
+def _k(value: Any, where: str, n_items: int) -> int:
+    top = min(MAX_K, n_items)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+        raise InvalidInput(f"{where}: expected an integer from 1 to {top}, got {_short(value)}")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _users(count: int, where: str) -> None:
+    if count == 0:
+        raise InvalidInput(f"{where}: no users")
+    if count > MAX_USERS:
+        raise RequestTooLarge(f"{where}: {count:,} users, over the limit of {MAX_USERS:,} per "
+                              "request")
+
+
+def parse_v1(body: Any, n_items: int) -> Batch:
+    """A v1 body (decoded JSON) -> a ``Batch``; rows or TF Serving columns.
+
+    KServe decodes only a bare ``application/json``; with parameters (``; charset=utf-8``)
+    the body comes as bytes and is decoded here.
+    """
+    if isinstance(body, bytes):
+        try:
+            body = orjson.loads(body)
+        except orjson.JSONDecodeError as err:
+            raise InvalidInput(f"request body: malformed JSON ({err})") from None
+    if not isinstance(body, dict) or len(body.keys() & {"instances", "inputs"}) != 1:
+        raise InvalidInput("request body: expected a JSON object with either 'instances' "
+                           "(one object per user) or 'inputs' (TF Serving columns)")
+    if "inputs" in body:
+        return _columns(body["inputs"], n_items)
+    rows = body["instances"]
+    if not isinstance(rows, list):
+        raise InvalidInput("instances: expected a list of users")
+    _users(len(rows), "instances")
+    users, k = [], []
+    for row, user in enumerate(rows):
+        where = f"instances[{row}]"
+        if not isinstance(user, dict) or "items" not in user or user.keys() - {"items", "k"}:
+            raise InvalidInput(f'{where}: expected {{"items": [ids...], "k": K}}, got '
+                               f"{_short(user)}")
+        users.append(_ids(user["items"], f"{where}.items"))
+        k.append(_k(user.get("k", DEFAULT_K), f"{where}.k", n_items))
+    return Batch(users, k)
+
+
+def _columns(inputs: Any, n_items: int) -> Batch:
+    if not isinstance(inputs, dict) or inputs.keys() != {"items", "k"}:
+        raise InvalidInput('inputs: expected {"items": [[ids...], ...], "k": [K, ...]}')
+    rows = inputs["items"]
+    if not isinstance(rows, list):
+        raise InvalidInput("inputs.items: expected a list of users' item lists")
+    _users(len(rows), "inputs.items")
+    users = [_ids(items, f"inputs.items[{row}]") for row, items in enumerate(rows)]
+    k = inputs["k"]
+    ks = k if isinstance(k, list) else [k]
+    if len(ks) not in (1, len(users)):
+        raise InvalidInput(f"inputs.k: expected 1 or {len(users)} values, got {len(ks)}")
+    ks = [_k(value, f"inputs.k[{i}]", n_items) for i, value in enumerate(ks)]
+    return Batch(users, ks * len(users) if len(ks) == 1 else ks, columns=True)
+
+
+def parse_v2(request: InferRequest, n_items: int) -> Batch:
+    """A v2 ``InferRequest`` (REST or gRPC) -> a ``Batch``."""
+    by_name = {i.name: i for i in request.inputs}
+    if by_name.keys() != {"items", "k"}:
+        raise InvalidInput(f"inputs: expected 'items' (BYTES [B, L]) and 'k' (INT32 [B]), got "
+                           f"{sorted(by_name) or 'none'}")
+    items, k = by_name["items"], by_name["k"]
+    if items.datatype != "BYTES" or len(items.shape) != 2:
+        raise InvalidInput(f"items: expected BYTES of shape [B, L], got {items.datatype} "
+                           f"{items.shape}")
+    if k.datatype not in ("INT32", "INT64") or len(k.shape) != 1:
+        raise InvalidInput(f"k: expected INT32 of shape [B] or [1], got {k.datatype} {k.shape}")
+    _users(items.shape[0], "items")
+    if items.shape[1] > MAX_ITEMS:
+        raise RequestTooLarge(f"items: {items.shape[1]:,} per user, over the limit of "
+                              f"{MAX_ITEMS:,}")
+    try:
+        ids, ks = items.as_numpy(), k.as_numpy()
+    except (ValueError, TypeError) as err:  # data that does not fill the declared shape
+        raise InvalidInput(f"inputs: data does not match the declared shape ({err})") from None
+    users = [[_text(i, f"items[{row}]") for i in row_ids] for row, row_ids in enumerate(ids)]
+    users = [[i for i in row if i] for row in users]
+    if ks.size not in (1, len(users)):
+        raise InvalidInput(f"k: expected 1 or {len(users)} values, got {ks.size}")
+    kk = [_k(int(value), f"k[{i}]", n_items) for i, value in enumerate(ks.tolist())]
+    return Batch(users, kk * len(users) if len(kk) == 1 else kk)
+
+
+def _text(value: Any, where: str) -> str:
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            raise InvalidInput(f"{where}: an item id that is not UTF-8 text") from None
+    if isinstance(value, str):
+        return value
+    raise InvalidInput(f"{where}: expected item ids as strings, got {_short(value)}")
+
+
+def v1_response(ranking: Ranking, batch: Batch) -> dict[str, Any]:
+    """Per user its top-k ids and scores (no padding), unknown ids and the fallback mark."""
+    rows = []
+    for user, k in enumerate(batch.k):
+        found = int(np.count_nonzero(ranking.item_ids[user, :k] != ""))
+        rows.append({"item_id": ranking.item_ids[user, :found].tolist(),
+                     "scores": ranking.scores[user, :found].tolist(),
+                     "unknown": int(ranking.unknown[user]),
+                     "fallback": bool(ranking.fallback[user])})
+    if not batch.columns:
+        return {"predictions": rows}
+    return {"outputs": {name: [row[name] for row in rows] for name in rows[0]}}
+
+
+def v2_response(ranking: Ranking, model_name: str, request_id: str) -> InferResponse:
+    """The four outputs as tensors; past a user's k, id "" and score 0 (JSON has no -inf)."""
+    scores = np.where(ranking.item_ids == "", np.float32(0), ranking.scores).astype(np.float32)
+    outputs = []
+    for spec, value in zip(OUTPUTS, (ranking.item_ids, scores, ranking.unknown.astype(np.int32),
+                                     ranking.fallback.astype(bool)), strict=True):
+        output = InferOutput(name=spec["name"], shape=list(value.shape),
+                             datatype=spec["datatype"])
+        output.set_data_from_numpy(value, binary_data=False)
+        outputs.append(output)
+    return InferResponse(response_id=request_id, model_name=model_name, infer_outputs=outputs)
