@@ -189,7 +189,9 @@ class Trainer:
                                         world_size=runtime.size)
         batches = data.batches(self.maker, everyone[:, runtime.rank],
                                self.maker.padded_sizes(everyone, runtime.rank))
-        results, pending, waited = [], [], 0.0
+        results: list[np.ndarray] = []
+        pending: list[tf.Tensor] = []
+        waited = 0.0
         progress = log.Progress(f"epoch {epoch}", total=self.steps, unit="steps")
         started = time.perf_counter()
         for _ in range(self.steps):
