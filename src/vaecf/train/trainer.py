@@ -192,22 +192,25 @@ class Trainer:
                                         world_size=runtime.size)
         batches = data.batches(self.maker, everyone[:, runtime.rank],
                                self.maker.padded_sizes(everyone, runtime.rank))
-        results, pending, waited = [], [], 0.0
+        results: list[np.ndarray] = []
+        pending: list[tf.Tensor] = []
+        waited = 0.0
         progress = log.Progress(f"epoch {epoch}", total=self.steps, unit="steps")
         started = time.perf_counter()
-        for index in range(self.steps):
+        for _ in range(self.steps):
             before = time.perf_counter()
             batch = next(batches)
             waited += time.perf_counter() - before
+            if len(pending) == READ_EVERY:  # after queueing the next gather: the device works
+                results.append(self._check(read_back(tf.stack(pending)), epoch))
+                pending = []
             pending.append(self.step_fn(batch, tf.constant(self.state.step, tf.int64)))
             self.state.step += 1
             if broadcast_after_first:
                 dist.broadcast_state(self.model, self.optimizer, runtime)
                 broadcast_after_first = False
-            if len(pending) == READ_EVERY or index == self.steps - 1:
-                results.append(self._check(read_back(tf.stack(pending)), epoch))
-                pending = []
             progress.update(1)
+        results.append(self._check(read_back(tf.stack(pending)), epoch))
         seconds = time.perf_counter() - started
         progress.close()
         stats = np.concatenate(results)
