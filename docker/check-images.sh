@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the data, launcher and CPU train images with buildah (no Docker daemon, no registry)
-# and runs them: a data stage under an arbitrary uid, `vaecf launch-mpijob --help`,
-# `horovodrun --check-build` and `horovodrun -np 2` of a short `vaecf train` on a tiny
-# synthetic split that the data image made. Run by `make image-check`; needs root (buildah's
+# Builds the data, launcher and both train images (CPU and GPU flavours) with buildah (no
+# Docker daemon, no registry) and runs them: a data stage under an arbitrary uid, `vaecf
+# launch-mpijob --help`, `horovodrun --check-build` in both train images (NCCL in the GPU one),
+# `horovodrun -np 2` of a short `vaecf train` on a tiny synthetic split that the data image
+# made (CPU flavour), and `vaecf train --help` in the GPU flavour (no GPU here to train on). Run by `make image-check`; needs root (buildah's
 # storage, debootstrap) and installs its own prerequisites with apt-get on Debian.
 #
 # The pinned base python:3.11.11-slim-bookworm cannot be pulled here (no registry), so a
@@ -90,13 +91,13 @@ stand_in_base() {
 }
 
 build() {  # build NAME DOCKERFILE [ARGS...]: logs to CHECK_DIR/NAME.log
-  local name=$1 file=$2
+  local name=$1 file=$2 began=$SECONDS
   shift 2
   if ! buildah bud --isolation chroot --pull=never --layers=false -f "$file" "$@" \
       -t "vaecf-$name:$TAG" . > "$CHECK_DIR/build-$name.log" 2>&1; then
     tail -n 40 "$CHECK_DIR/build-$name.log"; fail "building vaecf-$name (log: $CHECK_DIR/build-$name.log)"
   fi
-  say "built vaecf-$name:$TAG"
+  say "built vaecf-$name:$TAG in $((SECONDS - began)) s"
 }
 
 # One working container per image for all its checks (each `buildah from` is a full copy of
@@ -109,7 +110,7 @@ remove_containers() {
 open_containers() {
   local image
   trap remove_containers EXIT
-  for image in data launcher train-cpu; do
+  for image in data launcher train-cpu train; do
     CONTAINERS[$image]=$(buildah from --pull=never "vaecf-$image:$TAG")
   done
 }
@@ -153,19 +154,39 @@ check_launcher() {
   [ -z "$err" ] || fail "matplotlib under uid $RUN_UID: $err"
 }
 
-check_train() {
-  say "train-cpu: horovodrun --check-build"
-  local build
-  build=$(in_image train-cpu 1000:1000 horovodrun --check-build)
+# check_horovod IMAGE PART...: `horovodrun --check-build` in IMAGE lists each PART as built.
+check_horovod() {
+  local image=$1 build part
+  shift
+  say "$image: horovodrun --check-build"
+  build=$(in_image "$image" 1000:1000 horovodrun --check-build)
   echo "$build"
-  for part in TensorFlow MPI Gloo; do
-    grep -q "\[X\] $part" <<< "$build" || fail "horovod in vaecf-train-cpu lacks $part"
+  for part in "$@"; do
+    grep -q "\[X\] $part" <<< "$build" || fail "horovod in vaecf-$image lacks $part"
   done
+}
+
+check_train() {
+  check_horovod train-cpu TensorFlow MPI Gloo
   say "train-cpu: horovodrun -np 2 vaecf train (MPI) as uid $RUN_UID"
   in_image train-cpu "$RUN_UID" horovodrun -np 2 --mpi vaecf train --split /data/split \
     --output /data/model --epochs 2 --batch-size 64 --hidden 32 --latent 8 \
     --expect-world-size 2
   [ -n "$(ls -A "$CHECK_DIR/data/model")" ] || fail "train wrote no model"
+}
+
+# The GPU flavour without a GPU: Horovod's CUDA build (NCCL) loads against TensorFlow's CUDA
+# wheels, every library it links resolves, `vaecf train` starts, and the CUDA compiler of the
+# build stage stayed there (no nvcc, CUDA home or NVIDIA apt source in the image).
+check_train_gpu() {
+  check_horovod train TensorFlow MPI Gloo NCCL
+  say "train: linked libraries, vaecf train --help, no build leftovers, as uid $RUN_UID"
+  in_image train "$RUN_UID" sh -c 'ldd /opt/venv/lib/python3.11/site-packages/horovod/tensorflow/mpi_lib*.so' \
+    | { ! grep 'not found'; } || fail "horovod in vaecf-train links a library the image lacks"
+  in_image train "$RUN_UID" vaecf train --help > /dev/null
+  in_image train "$RUN_UID" sh -c '! command -v nvcc && test ! -e /opt/cuda && test ! -e /build \
+      && test ! -e /wheels && ! grep -rqi nvidia /etc/apt/' \
+    || fail "vaecf-train holds nvcc, the CUDA home, build files or an NVIDIA apt source"
 }
 
 main() {
@@ -178,14 +199,18 @@ main() {
   # The train image compiles Horovod (CPU-bound) while the others mostly download.
   build train-cpu docker/train.Dockerfile --build-arg FLAVOUR=cpu &
   local train=$!
+  build train docker/train.Dockerfile &
+  local train_gpu=$!
   build data docker/data.Dockerfile
   build launcher docker/launcher.Dockerfile
   wait "$train" || fail "train-cpu build"
+  wait "$train_gpu" || fail "train (GPU) build"
   buildah images --filter "reference=vaecf-*:$TAG"
   open_containers
   check_data
   check_launcher
   check_train
+  check_train_gpu
   say "all images built and ran"
 }
 
