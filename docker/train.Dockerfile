@@ -15,7 +15,7 @@
 # repository: PyPI's CUDA 12.4 wheels (ptxas, libdevice and the crt, runtime and CCCL headers)
 # and, because no nvidia-cuda-nvcc-cu12 wheel carries the nvcc driver itself, the nvcc, cicc,
 # cudafe++, fatbinary and nvlink binaries of the same 12.4.131 release from Debian's
-# nvidia-cuda-toolkit package (trixie, non-free; unpacked, not installed). Horovod links the
+# nvidia-cuda-toolkit package (trixie, non-free; unpacked, not installed). Horovod uses the
 # CUDA runtime and NCCL of TensorFlow's wheels, with kernels for sm_80 (A100) and sm_90 (H100).
 # OpenMPI is Debian 12's 4.1 (4.1.4), not 5: mpi-operator's hostfile settings are ignored by 5.
 # Pin the base by digest for byte-reproducible builds (`docker buildx imagetools inspect`).
@@ -42,7 +42,7 @@ RUN python -m venv /opt/venv \
  && pip install -c /tmp/requirements.lock "$tf"
 # /opt/cuda, the CUDA home Horovod's build asks for (HOROVOD_CUDA_HOME): bin/ (nvcc and its
 # tools, with an nvcc.profile for this layout), nvvm/, include/, and lib64/ holding the
-# libcudart.so.12 TensorFlow runs with. The nvcc package comes through a private apt state, so
+# libcudart.so.12 of TensorFlow's wheel for CMake's compiler checks. The nvcc package comes through a private apt state, so
 # the build stage's own package lists stay bookworm's. CMake names libcudadevrt on every CUDA
 # link line; Horovod's kernels use no device runtime (no -rdc), so an empty archive stands in.
 RUN if [ "$FLAVOUR" = gpu ]; then \
@@ -70,9 +70,11 @@ RUN if [ "$FLAVOUR" = gpu ]; then \
       rm -rf $tmp; $cuda/bin/nvcc --version; \
     fi
 # Horovod is built against the installed TensorFlow with the system cmake (PyPI's cmake 4.x
-# breaks Horovod's bundled gloo); only its wheel goes to the final image. GPU: the CUDA runtime
-# is TensorFlow's shared libcudart.so.12 (the wheels carry no static one; CMAKE_TOOLCHAIN_FILE
-# and CUDAFLAGS say so to CMake and to nvcc), NCCL the nvidia-nccl-cu12 wheel's.
+# breaks Horovod's bundled gloo); only its wheel goes to the final image. GPU: CMake and nvcc
+# are told to link the shared CUDA runtime (CMAKE_TOOLCHAIN_FILE, CUDAFLAGS; the wheels carry
+# no static one), and Horovod's CUDA calls bind to the CUDA 12.3 runtime that TensorFlow's
+# libtensorflow_framework.so.2 carries and exports (the linker then drops libcudart.so.12 as
+# unneeded): one CUDA runtime per process. NCCL is the nvidia-nccl-cu12 wheel's.
 RUN if [ "$FLAVOUR" = gpu ]; then \
       nccl=$(python -c "import nvidia.nccl as m; print(m.__path__[0])") \
       && ln -sf libnccl.so.2 "$nccl/lib/libnccl.so" \
@@ -88,12 +90,11 @@ FROM ${BASE}
 ARG FLAVOUR=gpu
 # HOME: horovodrun (~/.horovod) and Keras (~/.keras) write there, and an arbitrary uid
 # (`docker run --user`) has home / (ssh and sshd take mpiuser's keys from its passwd entry).
-# LD_LIBRARY_PATH: Horovod finds the CUDA runtime and NCCL wheels' libraries (GPU flavour;
-# absent in the CPU one).
+# LD_LIBRARY_PATH: Horovod finds the NCCL wheel's library (GPU flavour; absent in the CPU one).
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH \
     TF_CPP_MIN_LOG_LEVEL=1 HOME=/tmp \
-    LD_LIBRARY_PATH=/opt/venv/lib/python3.11/site-packages/nvidia/cuda_runtime/lib:/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib
+    LD_LIBRARY_PATH=/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib
 # mpi-operator's non-root layout: user mpiuser (uid 1000, as in manifests/base/mpijob.yaml),
 # keys mounted by the operator at /home/mpiuser/.ssh (sshAuthMountPath), sshd on port 2222
 # with a pid file and host key the user owns, and the client told to use that port.
