@@ -3,8 +3,9 @@
 # Docker daemon, no registry) and runs them: a data stage under an arbitrary uid, `vaecf
 # launch-mpijob --help`, `horovodrun --check-build` in both train images (NCCL in the GPU one),
 # `horovodrun -np 2` of a short `vaecf train` on a tiny synthetic split that the data image
-# made (CPU flavour), and `vaecf train --help` in the GPU flavour (no GPU here to train on). Run by `make image-check`; needs root (buildah's
-# storage, debootstrap) and installs its own prerequisites with apt-get on Debian.
+# made (CPU flavour), and `vaecf train --help` in the GPU flavour (no GPU here to train on).
+# Run by `make image-check`; needs root (buildah's storage, debootstrap) and installs its own
+# prerequisites with apt-get on Debian.
 #
 # The pinned base python:3.11.11-slim-bookworm cannot be pulled here (no registry), so a
 # stand-in of the same name is bootstrapped with debootstrap. It differs from the real base:
@@ -202,7 +203,7 @@ main() {
   mkdir -p "$CHECK_DIR"
   say "storage driver $STORAGE_DRIVER"
   stand_in_base
-  # The train image compiles Horovod (CPU-bound) while the others mostly download.
+  # The train images compile Horovod (CPU-bound) while the others mostly download.
   build train-cpu docker/train.Dockerfile --build-arg FLAVOUR=cpu &
   local train=$!
   build train docker/train.Dockerfile &
