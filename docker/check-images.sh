@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Builds the data, launcher, CPU train and serve images with buildah (no Docker daemon, no
-# registry) and runs them: a data stage under an arbitrary uid, `vaecf launch-mpijob --help`,
-# `horovodrun --check-build` and `horovodrun -np 2` of a short `vaecf train` on a tiny
-# synthetic split that the data image made, and `vaecf serve` of that model (one v1 and one
-# v2 request on loopback, then SIGTERM and exit status 0). Run by `make image-check`; needs root (buildah's
-# storage, debootstrap) and installs its own prerequisites with apt-get on Debian.
+# Builds the data, launcher, both train images (CPU and GPU flavours) and the serve image with
+# buildah (no Docker daemon, no registry) and runs them: a data stage under an arbitrary uid,
+# `vaecf launch-mpijob --help`, `horovodrun --check-build` in both train images (NCCL in the GPU
+# one), `horovodrun -np 2` of a short `vaecf train` on a tiny synthetic split that the data image
+# made (CPU flavour), `vaecf train --help` in the GPU flavour (no GPU here to train on), and
+# `vaecf serve` of the model so trained (one v1 and one v2 request on loopback, then SIGTERM and
+# exit status 0). Run by `make image-check`; needs root (buildah's storage, debootstrap) and
+# installs its own prerequisites with apt-get on Debian.
 #
 # The pinned base python:3.11.11-slim-bookworm cannot be pulled here (no registry), so a
 # stand-in of the same name is bootstrapped with debootstrap. It differs from the real base:
@@ -91,13 +93,13 @@ stand_in_base() {
 }
 
 build() {  # build NAME DOCKERFILE [ARGS...]: logs to CHECK_DIR/NAME.log
-  local name=$1 file=$2
+  local name=$1 file=$2 began=$SECONDS
   shift 2
   if ! buildah bud --isolation chroot --pull=never --layers=false -f "$file" "$@" \
       -t "vaecf-$name:$TAG" . > "$CHECK_DIR/build-$name.log" 2>&1; then
     tail -n 40 "$CHECK_DIR/build-$name.log"; fail "building vaecf-$name (log: $CHECK_DIR/build-$name.log)"
   fi
-  say "built vaecf-$name:$TAG"
+  say "built vaecf-$name:$TAG in $((SECONDS - began)) s"
 }
 
 # One working container per image for all its checks (each `buildah from` is a full copy of
@@ -110,7 +112,7 @@ remove_containers() {
 open_containers() {
   local image
   trap remove_containers EXIT
-  for image in data launcher train-cpu serve; do
+  for image in data launcher train-cpu serve train; do
     CONTAINERS[$image]=$(buildah from --pull=never "vaecf-$image:$TAG")
   done
 }
@@ -156,14 +158,20 @@ check_launcher() {
   [ -z "$err" ] || fail "matplotlib under uid $RUN_UID: $err"
 }
 
-check_train() {
-  say "train-cpu: horovodrun --check-build"
-  local build
-  build=$(in_image train-cpu 1000:1000 horovodrun --check-build)
+# check_horovod IMAGE PART...: `horovodrun --check-build` in IMAGE lists each PART as built.
+check_horovod() {
+  local image=$1 build part
+  shift
+  say "$image: horovodrun --check-build"
+  build=$(in_image "$image" 1000:1000 horovodrun --check-build)
   echo "$build"
-  for part in TensorFlow MPI Gloo; do
-    grep -q "\[X\] $part" <<< "$build" || fail "horovod in vaecf-train-cpu lacks $part"
+  for part in "$@"; do
+    grep -q "\[X\] $part" <<< "$build" || fail "horovod in vaecf-$image lacks $part"
   done
+}
+
+check_train() {
+  check_horovod train-cpu TensorFlow MPI Gloo
   say "train-cpu: horovodrun -np 2 vaecf train (MPI) as uid $RUN_UID"
   in_image train-cpu "$RUN_UID" horovodrun -np 2 --mpi vaecf train --split /data/split \
     --output /data/model --epochs 2 --batch-size 64 --hidden 32 --latent 8 \
@@ -197,6 +205,26 @@ print("serve ok")
   grep -q '^serve ok$' <<< "$out" || fail "vaecf serve in vaecf-serve: $out"
 }
 
+# The GPU flavour without a GPU: Horovod's CUDA build (NCCL) loads next to TensorFlow with
+# every symbol bound (the check-build's TensorFlow line imports it), links the NCCL wheel and
+# nothing the image lacks (TensorFlow's own libraries are found by Python, not ldd), `vaecf
+# train` starts, and the CUDA compiler of the build stage stayed there (no nvcc, CUDA home or
+# NVIDIA apt source in the image).
+check_train_gpu() {
+  check_horovod train TensorFlow MPI Gloo NCCL
+  say "train: linked libraries, vaecf train --help, no build leftovers, as uid $RUN_UID"
+  local libs
+  libs=$(in_image train "$RUN_UID" sh -c 'ldd /opt/venv/lib/python3.11/site-packages/horovod/tensorflow/mpi_lib*.so')
+  grep -q "libnccl.so.2 => /opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib/" <<< "$libs" \
+    || fail "horovod in vaecf-train does not link the NCCL wheel: $libs"
+  ! grep 'not found' <<< "$libs" | grep -v 'libtensorflow_' \
+    || fail "horovod in vaecf-train links a library the image lacks"
+  in_image train "$RUN_UID" vaecf train --help > /dev/null
+  in_image train "$RUN_UID" sh -c '! command -v nvcc && test ! -e /opt/cuda && test ! -e /build \
+      && test ! -e /wheels && ! grep -rqi nvidia /etc/apt/' \
+    || fail "vaecf-train holds nvcc, the CUDA home, build files or an NVIDIA apt source"
+}
+
 main() {
   [ "$(id -u)" = 0 ] || fail "run as root (buildah storage, debootstrap, chown)"
   install_prerequisites
@@ -204,19 +232,23 @@ main() {
   mkdir -p "$CHECK_DIR"
   say "storage driver $STORAGE_DRIVER"
   stand_in_base
-  # The train image compiles Horovod (CPU-bound) while the others mostly download.
+  # The train images compile Horovod (CPU-bound) while the others mostly download.
   build train-cpu docker/train.Dockerfile --build-arg FLAVOUR=cpu &
   local train=$!
+  build train docker/train.Dockerfile &
+  local train_gpu=$!
   build data docker/data.Dockerfile
   build launcher docker/launcher.Dockerfile
   build serve docker/serve.Dockerfile
   wait "$train" || fail "train-cpu build"
+  wait "$train_gpu" || fail "train (GPU) build"
   buildah images --filter "reference=vaecf-*:$TAG"
   open_containers
   check_data
   check_launcher
   check_train
   check_serve
+  check_train_gpu
   say "all images built and ran"
 }
 
