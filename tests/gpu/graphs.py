@@ -57,7 +57,8 @@ def step_graph(precision: str, xla: bool) -> tf.compat.v1.GraphDef:
 
 
 GRAPH_TITLES = (*(f"step {p}{' xla' if xla else ''}" for p in PRECISIONS for xla in (False, True)),
-                "resident gather", "evaluation chunk", "export score", "export recommend")
+                "resident gather", "evaluation chunk", "evaluation chunk blocked top-k",
+                "export score", "export recommend", "export recommend_ids")
 
 
 def traced_graphs() -> dict[str, tf.compat.v1.GraphDef]:
@@ -71,11 +72,18 @@ def traced_graphs() -> dict[str, tf.compat.v1.GraphDef]:
     chunk = ChunkMetrics(N_ITEMS, [("ndcg_at_100", "ndcg", 100), ("recall_at_20", "recall", 20)],
                          top_k=10)
     graphs["evaluation chunk"] = chunk._fn.get_concrete_function().graph.as_graph_def()
+    blocked = ChunkMetrics(N_ITEMS, [("ndcg_at_100", "ndcg", 100)], top_k=100,
+                           blocked_top_k=True)  # the GPU's top-k for k >= 100
+    graphs["evaluation chunk blocked top-k"] = (
+        blocked._fn.get_concrete_function().graph.as_graph_def())
     model = MultVAE(N_ITEMS, hidden=16, latent=4, dropout=0.0, first_layer="dense")
     model.build_variables()
-    module = ServingModule(model)
+    module = ServingModule(model, np.array([str(i) for i in range(N_ITEMS)]),
+                           np.arange(N_ITEMS, dtype=np.float32))
     graphs["export score"] = module.score.get_concrete_function().graph.as_graph_def()
     graphs["export recommend"] = module.recommend.get_concrete_function().graph.as_graph_def()
+    graphs["export recommend_ids"] = (
+        module.recommend_ids.get_concrete_function().graph.as_graph_def())
     return graphs
 
 
