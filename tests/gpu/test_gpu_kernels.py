@@ -43,16 +43,7 @@ def test_every_op_of_the_gpu_path_has_a_gpu_kernel_for_its_dtypes(graphs) -> Non
     assert not host_only, f"no GPU kernel, so these run on the host: {host_only}"
 
 
-# The evaluation chunk (vaecf.metrics.batched, owned by the evaluation work) still waits:
-# tf.range of a device-computed size, int32 LowerBound/TopK results read by host-memory
-# Reshape/Shape/StridedSlice kernels. strict: this fails once they are fixed, to be removed.
-EVALUATION_WAITS = pytest.mark.xfail(strict=True, reason="evaluation chunk: range of a device "
-                                     "value, int32 LowerBound/TopK outputs read in host memory")
-
-
-@pytest.mark.parametrize("title", [
-    pytest.param(title, marks=EVALUATION_WAITS) if title == "evaluation chunk" else title
-    for title in GRAPH_TITLES])
+@pytest.mark.parametrize("title", GRAPH_TITLES)
 def test_no_host_memory_input_is_computed_on_the_device(graphs, title: str) -> None:
     waits = sorted(set(Graph(graphs[title]).host_inputs_from_device(FIXTURE["kernels"])))
     assert not waits, f"{title}: the host waits for the device at {waits}"
