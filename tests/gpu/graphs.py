@@ -5,6 +5,8 @@ the GPU build's registry says about each (op, dtypes) of these graphs into
 ``gpu_kernels.json``) and ``test_gpu_kernels.py`` (CI, tensorflow-cpu: every (op, dtypes) of
 the graphs must be in the fixture with a GPU kernel, and no host-memory input of a GPU kernel
 may be computed on the device, which would make the host wait for the device mid-step).
+A node placed on the CPU explicitly (``tf.device("/CPU:0")``) is host work by design: it
+needs no GPU kernel and its outputs are host values.
 """
 
 from __future__ import annotations
@@ -99,6 +101,12 @@ def signature(node: tf.compat.v1.NodeDef) -> str:
     return f"{node.op}[{';'.join(parts)}]"
 
 
+def on_cpu(node: tf.compat.v1.NodeDef) -> bool:
+    """Placed on the CPU explicitly (``with tf.device("/CPU:0")``): a host op by design, e.g.
+    string work, which has no GPU kernels; its outputs are host values."""
+    return tf.DeviceSpec.from_string(node.device).device_type == "CPU"
+
+
 def _arg_names(node: tf.compat.v1.NodeDef, args: list) -> list[str]:
     """The op-def argument name of each input (or output) position of ``node``."""
     names: list[str] = []
@@ -124,7 +132,7 @@ class Graph:
 
     def nodes(self) -> Iterator[tf.compat.v1.NodeDef]:
         for _, nodes, _ in self.scopes:
-            yield from (n for n in nodes if n.op not in PLUMBING)
+            yield from (n for n in nodes if n.op not in PLUMBING and not on_cpu(n))
 
     def host_inputs_from_device(self, fixture: dict[str, dict]) -> Iterator[str]:
         """``node <- producer`` for each host-memory input computed on the device."""
@@ -132,7 +140,7 @@ class Graph:
             for node in nodes:
                 entry = fixture.get(signature(node)) or {}
                 host = set(entry.get("host_memory", []))
-                if not host or node.op in PLUMBING:
+                if not host or node.op in PLUMBING or on_cpu(node):
                     continue
                 op_def = op_def_registry.get(node.op)
                 inputs = [i for i in node.input if not i.startswith("^")]
@@ -143,8 +151,8 @@ class Graph:
     def _on_host(self, by_name: dict, source: str, top: bool, fixture: dict) -> bool:
         parts = source.split(":")
         producer = by_name.get(parts[0])
-        if producer is None or producer.op in HOST_SOURCES:
-            return True  # a function argument or a constant
+        if producer is None or producer.op in HOST_SOURCES or on_cpu(producer):
+            return True  # a function argument, a constant or a host op by design
         if producer.op in ("Identity", "IdentityN", "StopGradient", "ReadVariableOp"):
             inputs = [i for i in producer.input if not i.startswith("^")]
             return producer.op == "ReadVariableOp" or all(
