@@ -5,6 +5,8 @@ the GPU build's registry says about each (op, dtypes) of these graphs into
 ``gpu_kernels.json``) and ``test_gpu_kernels.py`` (CI, tensorflow-cpu: every (op, dtypes) of
 the graphs must be in the fixture with a GPU kernel, and no host-memory input of a GPU kernel
 may be computed on the device, which would make the host wait for the device mid-step).
+A node placed on the CPU explicitly (``tf.device("/CPU:0")``) is host work by design: it
+needs no GPU kernel and its outputs are host values.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def step_graph(precision: str, xla: bool) -> tf.compat.v1.GraphDef:
 
 
 GRAPH_TITLES = (*(f"step {p}{' xla' if xla else ''}" for p in PRECISIONS for xla in (False, True)),
-                "resident gather", "evaluation chunk", "export score", "export recommend")
+                "resident gather", "evaluation chunk", "evaluation chunk blocked top-k",
+                "export score", "export recommend", "export recommend_ids")
 
 
 def traced_graphs() -> dict[str, tf.compat.v1.GraphDef]:
@@ -71,11 +74,18 @@ def traced_graphs() -> dict[str, tf.compat.v1.GraphDef]:
     chunk = ChunkMetrics(N_ITEMS, [("ndcg_at_100", "ndcg", 100), ("recall_at_20", "recall", 20)],
                          top_k=10)
     graphs["evaluation chunk"] = chunk._fn.get_concrete_function().graph.as_graph_def()
+    blocked = ChunkMetrics(N_ITEMS, [("ndcg_at_100", "ndcg", 100)], top_k=100,
+                           blocked_top_k=True)  # the GPU's top-k for k >= 100
+    graphs["evaluation chunk blocked top-k"] = (
+        blocked._fn.get_concrete_function().graph.as_graph_def())
     model = MultVAE(N_ITEMS, hidden=16, latent=4, dropout=0.0, first_layer="dense")
     model.build_variables()
-    module = ServingModule(model)
+    module = ServingModule(model, np.array([str(i) for i in range(N_ITEMS)]),
+                           np.arange(N_ITEMS, dtype=np.float32))
     graphs["export score"] = module.score.get_concrete_function().graph.as_graph_def()
     graphs["export recommend"] = module.recommend.get_concrete_function().graph.as_graph_def()
+    graphs["export recommend_ids"] = (
+        module.recommend_ids.get_concrete_function().graph.as_graph_def())
     return graphs
 
 
@@ -89,6 +99,12 @@ def signature(node: tf.compat.v1.NodeDef) -> str:
             types = ",".join(tf.dtypes.as_dtype(t).name for t in value.list.type)
             parts.append(f"{name}=[{types}]")
     return f"{node.op}[{';'.join(parts)}]"
+
+
+def on_cpu(node: tf.compat.v1.NodeDef) -> bool:
+    """Placed on the CPU explicitly (``with tf.device("/CPU:0")``): a host op by design, e.g.
+    string work, which has no GPU kernels; its outputs are host values."""
+    return tf.DeviceSpec.from_string(node.device).device_type == "CPU"
 
 
 def _arg_names(node: tf.compat.v1.NodeDef, args: list) -> list[str]:
@@ -116,7 +132,7 @@ class Graph:
 
     def nodes(self) -> Iterator[tf.compat.v1.NodeDef]:
         for _, nodes, _ in self.scopes:
-            yield from (n for n in nodes if n.op not in PLUMBING)
+            yield from (n for n in nodes if n.op not in PLUMBING and not on_cpu(n))
 
     def host_inputs_from_device(self, fixture: dict[str, dict]) -> Iterator[str]:
         """``node <- producer`` for each host-memory input computed on the device."""
@@ -124,7 +140,7 @@ class Graph:
             for node in nodes:
                 entry = fixture.get(signature(node)) or {}
                 host = set(entry.get("host_memory", []))
-                if not host or node.op in PLUMBING:
+                if not host or node.op in PLUMBING or on_cpu(node):
                     continue
                 op_def = op_def_registry.get(node.op)
                 inputs = [i for i in node.input if not i.startswith("^")]
@@ -135,8 +151,8 @@ class Graph:
     def _on_host(self, by_name: dict, source: str, top: bool, fixture: dict) -> bool:
         parts = source.split(":")
         producer = by_name.get(parts[0])
-        if producer is None or producer.op in HOST_SOURCES:
-            return True  # a function argument or a constant
+        if producer is None or producer.op in HOST_SOURCES or on_cpu(producer):
+            return True  # a function argument, a constant or a host op by design
         if producer.op in ("Identity", "IdentityN", "StopGradient", "ReadVariableOp"):
             inputs = [i for i in producer.input if not i.startswith("^")]
             return producer.op == "ReadVariableOp" or all(

@@ -43,16 +43,24 @@ def test_every_op_of_the_gpu_path_has_a_gpu_kernel_for_its_dtypes(graphs) -> Non
     assert not host_only, f"no GPU kernel, so these run on the host: {host_only}"
 
 
-# The evaluation chunk (vaecf.metrics.batched, owned by the evaluation work) still waits:
-# tf.range of a device-computed size, int32 LowerBound/TopK results read by host-memory
-# Reshape/Shape/StridedSlice kernels. strict: this fails once they are fixed, to be removed.
-EVALUATION_WAITS = pytest.mark.xfail(strict=True, reason="evaluation chunk: range of a device "
-                                     "value, int32 LowerBound/TopK outputs read in host memory")
-
-
-@pytest.mark.parametrize("title", [
-    pytest.param(title, marks=EVALUATION_WAITS) if title == "evaluation chunk" else title
-    for title in GRAPH_TITLES])
+@pytest.mark.parametrize("title", GRAPH_TITLES)
 def test_no_host_memory_input_is_computed_on_the_device(graphs, title: str) -> None:
     waits = sorted(set(Graph(graphs[title]).host_inputs_from_device(FIXTURE["kernels"])))
     assert not waits, f"{title}: the host waits for the device at {waits}"
+
+
+@pytest.mark.parametrize("device", [None, "/CPU:0"])
+def test_only_an_op_placed_on_the_cpu_is_a_host_op_by_design(device: str | None) -> None:
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64)])
+    def to_size(x: tf.Tensor) -> tf.Tensor:
+        with tf.device(device):
+            last = x[-1]  # StridedSlice[T=int64]: a GPU kernel whose output is on the device
+        return tf.range(tf.constant(0, tf.int64), last, tf.constant(1, tf.int64))
+
+    graph = Graph(to_size.get_concrete_function().graph.as_graph_def())
+    waits = list(graph.host_inputs_from_device(FIXTURE["kernels"]))
+    sliced = any(node.op == "StridedSlice" for node in graph.nodes())
+    if device is None:  # Range's limit is host memory: the host waits for the slice
+        assert sliced and waits == ["Range[Tidx=int64] input limit <- strided_slice"]
+    else:  # the slice runs on the host: no GPU kernel needed, no wait
+        assert not sliced and not waits

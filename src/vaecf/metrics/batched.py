@@ -100,9 +100,13 @@ class ChunkMetrics:
         masked = tf.tensor_scatter_nd_update(scores, fold_idx, minus_inf)
         top_scores, top_items = top_k(masked, self.k, self.blocked_top_k)
         ranked = top_scores > -np.inf
-        rows = tf.range(tf.shape(scores, out_type=tf.int64)[0])[:, None]
+        # Row numbers from the int32 shape (host memory on a GPU), then int64 on the device;
+        # a range of an int64 shape would be sliced on the device and read back by the host.
+        rows = tf.cast(tf.range(tf.shape(scores)[0]), tf.int64)[:, None]
         wanted = tf.reshape(rows * self.n_items + top_items, [-1])
-        found = tf.gather(hold_keys, tf.searchsorted(hold_keys, wanted)) == wanted
+        # int64 positions: an int32 result would be kept in host memory by the next ops.
+        at = tf.searchsorted(hold_keys, wanted, out_type=tf.int64)
+        found = tf.gather(hold_keys, at) == wanted
         hits = tf.cast(tf.reshape(found, tf.shape(top_items)) & ranked, tf.float64)
         out = {key: self._metric(kind, k, hits, n_holdout) for key, kind, k in self.metrics}
         out["finite"] = finite

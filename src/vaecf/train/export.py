@@ -75,15 +75,14 @@ class ServingModule(tf.Module):
             tf.lookup.KeyValueTensorInitializer(
                 tf.constant(item_ids), tf.range(self.n_items, dtype=tf.int64)), default_value=-1)
 
-    def _scores(self, row_splits: tf.Tensor, item_idx: tf.Tensor) -> tf.Tensor:
-        batch = ragged_batch(row_splits, item_idx)
+    def _scores(self, batch: SparseBatch) -> tf.Tensor:
         logits, _, _ = self._keras.model(batch, training=False)
         return logits[:, :self.n_items]
 
     @tf.function(input_signature=SIGNATURE_INPUTS)
     def score(self, row_splits: tf.Tensor, item_idx: tf.Tensor) -> dict[str, tf.Tensor]:
         """{"scores": float32 [B, n_items]}: unmasked logits."""
-        return {"scores": self._scores(row_splits, item_idx)}
+        return {"scores": self._scores(ragged_batch(row_splits, item_idx))}
 
     @tf.function(input_signature=(*SIGNATURE_INPUTS, tf.TensorSpec([], tf.int32, name="k")))
     def recommend(self, row_splits: tf.Tensor, item_idx: tf.Tensor,
@@ -93,8 +92,9 @@ class ServingModule(tf.Module):
         ``k`` is capped at ``n_items``; a user with fewer than ``k`` unknown items gets
         ``-inf`` scores in the tail (and never one of the user's own items ahead of them).
         """
-        scores = self._scores(row_splits, item_idx)
-        known = tf.stack([ragged_batch(row_splits, item_idx).rows, item_idx], axis=1)
+        batch = ragged_batch(row_splits, item_idx)
+        scores = self._scores(batch)
+        known = tf.stack([batch.rows, item_idx], axis=1)
         masked = tf.tensor_scatter_nd_update(
             scores, known, tf.fill(tf.shape(item_idx), tf.constant(-np.inf, tf.float32)))
         top = tf.math.top_k(masked, k=tf.minimum(k, self.n_items))
@@ -115,29 +115,42 @@ class ServingModule(tf.Module):
           ``fallback`` bool [B]: no known item, so the ranking is the training popularity
           (scores are then training users per item).
         """
-        idx = self.id_table.lookup(items)
-        known = idx >= 0
-        unknown = tf.reduce_sum(tf.cast(~known & (items != PADDING_ID), tf.int32), axis=1)
-        users = tf.shape(items, out_type=tf.int64)[0]
-        where = tf.where(known)  # [nnz, 2]: (user, position)
-        pairs = tf.stack([where[:, 0], tf.gather_nd(idx, where)], axis=1)
-        # Multi-hot [B, n_items]: duplicates count once, and the pairs come back sorted.
-        own = tf.scatter_nd(pairs, tf.ones_like(pairs[:, 0], tf.int32),
-                            tf.stack([users, tf.cast(self.n_items, tf.int64)])) > 0
-        unique = tf.where(own)
-        scores = self._scores(
-            tf.ragged.segment_ids_to_row_splits(unique[:, 0], num_segments=users),
-            unique[:, 1])
+        # Strings have no GPU kernels: the id lookup, the string comparison and the gather of
+        # raw ids run on the host by design (they read the request and write the response);
+        # only item_idx crosses to the device and the top item_idx back.
+        with tf.device("/CPU:0"):
+            idx = self.id_table.lookup(items)
+            unknown = tf.reduce_sum(tf.cast((idx < 0) & (items != PADDING_ID), tf.int32), axis=1)
+        own = self._multi_hot(idx)
+        unique = tf.where(own)  # (user, item_idx) pairs, each once, sorted
+        users = tf.cast(tf.range(tf.shape(idx)[0]), tf.int64)
+        scores = self._scores(SparseBatch(rows=unique[:, 0], item_idx=unique[:, 1],
+                                          values=tf.ones_like(unique[:, 0], tf.float32),
+                                          user_idx=users))
         fallback = ~tf.reduce_any(own, axis=1)
         scores = tf.where(fallback[:, None], self.popularity[None, :], scores)
         masked = tf.where(own, tf.constant(-np.inf, tf.float32), scores)
         k = tf.minimum(k, self.n_items)
-        top = tf.math.top_k(masked, k=tf.reduce_max(tf.concat([k, [0]], axis=0)))
-        wanted = (tf.range(tf.shape(top.indices)[1])[None, :] < k[:, None]) & tf.math.is_finite(
-            top.values)
-        return {"item_id": tf.where(wanted, tf.gather(self.item_ids, top.indices), PADDING_ID),
+        k_max = tf.reduce_max(tf.concat([k, [0]], axis=0))
+        top = tf.math.top_k(masked, k=k_max)
+        wanted = (tf.range(k_max)[None, :] < k[:, None]) & tf.math.is_finite(top.values)
+        with tf.device("/CPU:0"):  # strings: see above
+            item_id = tf.where(wanted, tf.gather(self.item_ids, top.indices), PADDING_ID)
+        return {"item_id": item_id,
                 "scores": tf.where(wanted, top.values, tf.constant(-np.inf, tf.float32)),
                 "unknown": unknown, "fallback": fallback}
+
+    def _multi_hot(self, idx: tf.Tensor) -> tf.Tensor:
+        """bool [B, n_items]: the items of each row of ``idx`` (item_idx, -1 for none).
+
+        A float scatter into zeros whose size is the int32 shape (host memory on a GPU):
+        an int32 ``scatter_nd`` or a shape computed in int64 would be read by the host.
+        Duplicates write the same 1, so they count once.
+        """
+        where = tf.where(idx >= 0)  # [nnz, 2]: (user, position)
+        pairs = tf.stack([where[:, 0], tf.gather_nd(idx, where)], axis=1)
+        zeros = tf.zeros([tf.shape(idx)[0], self.n_items], tf.float32)
+        return tf.tensor_scatter_nd_update(zeros, pairs, tf.ones_like(pairs[:, 0], tf.float32)) > 0
 
 
 def item_id_text(item_ids: np.ndarray) -> np.ndarray:
