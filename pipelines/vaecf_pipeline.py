@@ -46,6 +46,20 @@ def retry_io(task: dsl.PipelineTask) -> dsl.PipelineTask:
     return task.set_retry(num_retries=3, backoff_duration="60s", backoff_factor=2.0)
 
 
+def data_steps(images: Images, dataset: Any, source: Any, protocol: Any, seed: Any,
+               s3_secret: Any) -> dsl.PipelineTask:
+    """download -> preprocess -> split, as every vaecf pipeline starts; the split task."""
+    fetched = download(dataset=dataset, source=source, seed=seed)
+    fetched.set_container_image(images.data)
+    retry_io(use_s3_credentials(fetched, s3_secret))  # --source may be s3://
+
+    filtered = preprocess(raw=fetched.outputs["raw"], protocol=protocol)
+    filtered.set_container_image(images.data)
+
+    splitted = split(interactions=filtered.outputs["interactions"], seed=seed, protocol=protocol)
+    return splitted.set_container_image(images.data)
+
+
 def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
     """The pipeline with its images fixed (registry and tag, or digests)."""
 
@@ -63,16 +77,7 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
               nccl_debug: str = "WARN", s3_bucket: str = "vaecf", s3_prefix: str = "runs",
               s3_secret: str = "vaecf-s3", train_image: str = images.train,
               serve: str = "false", serve_image: str = images.serve) -> None:
-        fetched = download(dataset=dataset, source=source, seed=seed)
-        fetched.set_container_image(images.data)
-        retry_io(use_s3_credentials(fetched, s3_secret))  # --source may be s3://
-
-        filtered = preprocess(raw=fetched.outputs["raw"], protocol=protocol)
-        filtered.set_container_image(images.data)
-
-        splitted = split(interactions=filtered.outputs["interactions"], seed=seed,
-                         protocol=protocol)
-        splitted.set_container_image(images.data)
+        splitted = data_steps(images, dataset, source, protocol, seed, s3_secret)
 
         trained = train(split=splitted.outputs["split"],
                         run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, train_image=train_image,

@@ -18,13 +18,10 @@ from typing import Any, Optional
 
 from kfp import compiler, dsl
 
-from components.download import download
 from components.images import DEFAULT, DEFAULT_REGISTRY, DEFAULT_TAG, Images, load_digests
-from components.preprocess import preprocess
-from components.split import split
 from components.train import train
 from components.tune import select_best, tuning_report, validate_trial
-from pipelines.vaecf_pipeline import retry_io, use_gpus, use_s3_credentials
+from pipelines.vaecf_pipeline import data_steps, retry_io, use_gpus, use_s3_credentials
 
 # Six trials over the beta cap, the annealing schedule, the learning rate and the epochs:
 # what `vaecf tune --trials 6 --seed 0` draws from its default space, written out here so that
@@ -56,16 +53,7 @@ def build_sweep(images: Images = DEFAULT, parallelism: int = PARALLELISM,
                     gpus_per_worker: str = "1", s3_bucket: str = "vaecf",
                     s3_prefix: str = "sweeps", s3_secret: str = "vaecf-s3",
                     train_image: str = images.train) -> None:
-        fetched = download(dataset=dataset, source=source, seed=seed)
-        fetched.set_container_image(images.data)
-        retry_io(use_s3_credentials(fetched, s3_secret))  # --source may be s3://
-
-        filtered = preprocess(raw=fetched.outputs["raw"], protocol=protocol)
-        filtered.set_container_image(images.data)
-
-        splitted = split(interactions=filtered.outputs["interactions"], seed=seed,
-                         protocol=protocol)
-        splitted.set_container_image(images.data)
+        splitted = data_steps(images, dataset, source, protocol, seed, s3_secret)
 
         with dsl.ParallelFor(items=items, parallelism=parallelism) as trial:
             # Each iteration has its own task id: the MPIJob's name derives from it.
