@@ -22,9 +22,11 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-from vaecf.model import noise
+from vaecf.model import loss, noise
 
 PAD_MULTIPLE = 8
+WHOLE_LOGITS_BYTES = 1 << 30  # one step's float32 logits above this: chunked likelihood
+CHUNK_LOGITS_BYTES = 64 << 20  # float32 logits of one chunk (chunk = this / 4 / users)
 
 
 class SparseBatch(NamedTuple):
@@ -46,6 +48,23 @@ class SparseBatch(NamedTuple):
 def padded_items(n_items: int) -> int:
     """``n_items`` rounded up to a multiple of 8."""
     return -(-n_items // PAD_MULTIPLE) * PAD_MULTIPLE
+
+
+def choose_item_chunk(users: int, n_padded: int, requested: int | None) -> int | None:
+    """Items per chunk of the training likelihood for ``users`` per step (None: unchunked).
+
+    ``requested`` 0 means unchunked and a positive count is taken as given. By default the
+    likelihood is chunked only once one step's float32 logits pass ``WHOLE_LOGITS_BYTES``:
+    measured on 2 CPU cores (fp32), the chunked step was ~2x slower (it recomputes the
+    decoder product backward) and its item-sized kernel gradient is copied once more, so it
+    pays off only where the [users, items] arrays (logits, softmax, gradient) dominate:
+    2,000 users x 100k items peaked at 2.1 GB chunked against 4.1 GB whole.
+    """
+    if requested is not None:
+        return requested or None
+    if users * n_padded * 4 <= WHOLE_LOGITS_BYTES:
+        return None
+    return max(PAD_MULTIPLE, min(n_padded, CHUNK_LOGITS_BYTES // (4 * max(users, 1))))
 
 
 def add_bias(x: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
@@ -145,9 +164,24 @@ class ItemLogits(keras.layers.Layer):
     def call(self, hidden: tf.Tensor) -> tf.Tensor:
         dtype = tf.as_dtype(self.compute_dtype)
         kernel = tf.cast(self.kernel.value, dtype)
-        bias = tf.where(self._is_pad, tf.constant(dtype.min, dtype),
+        return add_bias(tf.matmul(tf.cast(hidden, dtype), kernel), self._masked_bias(dtype))
+
+    def _masked_bias(self, dtype: tf.DType) -> tf.Tensor:
+        """The bias [padded items] in ``dtype``, the dtype's minimum at the padded items."""
+        return tf.where(self._is_pad, tf.constant(dtype.min, dtype),
                         tf.cast(self.bias.value, dtype))
-        return add_bias(tf.matmul(tf.cast(hidden, dtype), kernel), bias)
+
+    def nll(self, hidden: tf.Tensor, batch: SparseBatch, chunk: int | None) -> tf.Tensor:
+        """Per-user multinomial NLL, float32 [users], of this layer's logits of ``hidden``.
+
+        ``chunk`` None: from the whole [users, items] logits; else ``loss.chunked_nll`` over
+        chunks of this many items (the bias and the log-sum-exp in float32 either way).
+        """
+        if chunk is None:
+            return loss.multinomial_nll(self(hidden), batch)
+        dtype = tf.as_dtype(self.compute_dtype)
+        return loss.chunked_nll(tf.cast(hidden, dtype), tf.cast(self.kernel.value, dtype),
+                                self._masked_bias(tf.float32), batch, chunk)
 
 
 class MultVAE(keras.Model):
@@ -162,13 +196,16 @@ class MultVAE(keras.Model):
       seed: seed of the dropout and sampling noise.
       xla: write every op so that XLA compiles it (``--xla`` compiles the whole training
         step; the sparse first layer becomes a gather and a segment sum).
+      item_chunk: compute the training likelihood over chunks of this many items
+        (``loss.chunked_nll``; None: from the whole [users, items] logits).
     """
 
     def __init__(self, n_items: int, hidden: int = 600, latent: int = 200,
                  dropout: float = 0.5, policy: str = "float32", seed: int = 0,
-                 xla: bool = False) -> None:
+                 xla: bool = False, item_chunk: int | None = None) -> None:
         super().__init__()
         self.n_items = n_items
+        self.item_chunk = item_chunk
         self.n_padded = padded_items(n_items)
         self.latent = latent
         self.dropout = dropout
@@ -190,6 +227,19 @@ class MultVAE(keras.Model):
     def forward(self, batch: SparseBatch, training: bool = False,
                 step: tf.Tensor | int = 0) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Like ``call`` but the logits stay in the compute dtype (the loss upcasts them)."""
+        hidden, mu, logvar = self._decoder_hidden(batch, training, step)
+        return self.decoder_out(hidden), mu, logvar
+
+    def likelihood(self, batch: SparseBatch, training: bool = False,
+                   step: tf.Tensor | int = 0) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """(per-user multinomial NLL float32 [users], mu, logvar): what training minimises,
+        over item chunks when ``item_chunk`` is set."""
+        hidden, mu, logvar = self._decoder_hidden(batch, training, step)
+        return self.decoder_out.nll(hidden, batch, self.item_chunk), mu, logvar
+
+    def _decoder_hidden(self, batch: SparseBatch, training: bool,
+                        step: tf.Tensor | int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """(decoder hidden activations [users, hidden], mu, logvar [users, latent])."""
         users = tf.shape(batch.user_idx, out_type=tf.int64)[0]
         values = self._normalise(batch, users)
         if training and self.dropout > 0.0:
@@ -203,14 +253,14 @@ class MultVAE(keras.Model):
 
     def _dense(self, hidden: tf.Tensor, user_idx: tf.Tensor, step: tf.Tensor | int,
                training: bool) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """Encoder hidden activations [users, hidden] -> (logits, mu, logvar)."""
+        """Encoder hidden activations [users, hidden] -> (decoder hidden, mu, logvar)."""
         stats = tf.cast(self.encoder_out(hidden), tf.float32)
         mu, logvar = stats[:, :self.latent], stats[:, self.latent:]
         z = mu
         if training:
             eps = noise.normal(self.seed, step, user_idx, self.latent)
             z = mu + eps * tf.exp(0.5 * logvar)
-        return self.decoder_out(self.decoder_hidden(z)), mu, logvar
+        return self.decoder_hidden(z), mu, logvar
 
     @staticmethod
     def _normalise(batch: SparseBatch, users: tf.Tensor) -> tf.Tensor:

@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(1: every epoch, as before)")
     add("--steps-per-epoch", type=_positive, help="steps per epoch [default: one pass over "
         "the training users]")
+    add("--item-chunk", type=_non_negative, metavar="N", help="compute the training "
+        "likelihood over chunks of N items, never holding the [users, items] logits (0: "
+        "whole) [default: chunked when one process's step would hold over 1 GiB of logits]")
     add("--expect-world-size", type=_positive, help="fail unless this many processes run")
     add("--expect-hosts", type=_positive, help="fail unless the processes span this many "
         "hosts")
@@ -91,7 +94,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         latent=args.latent, l2=args.l2, seed=args.seed, validate_every=args.validate_every,
         checkpoint_interval=args.checkpoint_interval,
         checkpoint_every=args.checkpoint_every, steps_per_epoch=args.steps_per_epoch,
-        expect_world_size=args.expect_world_size, expect_hosts=args.expect_hosts)
+        expect_world_size=args.expect_world_size, expect_hosts=args.expect_hosts,
+        item_chunk=args.item_chunk)
 
 
 def check_checkpoint_dir(directory: str) -> None:

@@ -33,6 +33,8 @@ class TrainConfig:
         every epoch doubled a small run's time (issue 13); 0 writes every epoch.
       checkpoint_every: also checkpoint every N epochs (None: by time only).
       expect_world_size, expect_hosts: fail at start-up unless the job has this shape.
+      item_chunk: items per chunk of the training likelihood (0: the whole [users, items]
+        logits at once; None: chosen by size, ``vaecf.model.choose_item_chunk``).
     """
 
     split: str
@@ -56,6 +58,7 @@ class TrainConfig:
     steps_per_epoch: int | None = None
     expect_world_size: int | None = None
     expect_hosts: int | None = None
+    item_chunk: int | None = None
 
     @property
     def keras_policy(self) -> str:

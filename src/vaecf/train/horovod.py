@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from vaecf import log
 from vaecf.errors import VaecfError
-from vaecf.model import MultVAE, SparseBatch, beta_at, gaussian_kl, l2_penalty, multinomial_nll
+from vaecf.model import MultVAE, SparseBatch, beta_at, gaussian_kl, l2_penalty
 from vaecf.train.config import TrainConfig
 from vaecf.train.optimizer import FusedAdam
 
@@ -121,8 +121,8 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
     def gradients(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, list]:
         beta = beta_at(step_idx, config.beta_cap, anneal_steps)
         with tf.GradientTape() as tape:  # Horovod: plain tape (Keras 3 breaks the wrapper)
-            logits, mu, logvar = model.forward(batch, training=True, step=step_idx)
-            nll = tf.reduce_mean(multinomial_nll(logits, batch))
+            nll, mu, logvar = model.likelihood(batch, training=True, step=step_idx)
+            nll = tf.reduce_mean(nll)
             kl = tf.reduce_mean(gaussian_kl(mu, logvar))
             penalty = l2_penalty([k.value for k in model.weight_kernels()], config.l2)
             loss = nll + beta * kl + penalty
