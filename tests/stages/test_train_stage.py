@@ -163,7 +163,8 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(
     # the first step of epoch 2 applies the bad update, the second overflows
     steps_per_epoch = -(-load_split(split).train.shape[0] // 100)
     assert err.strip() == (f"vaecf train: error: non-finite loss at epoch 2 step "
-                           f"{steps_per_epoch + 2}")
+                           f"{steps_per_epoch + 2} (seen at step {2 * steps_per_epoch}: "
+                           "results are read every 32 steps)")
     assert not (tmp_path / "diverged").exists()
     assert sorted(p.name for p in (tmp_path / "model-checkpoints").iterdir()) == [
         "epoch-000001"]

@@ -96,6 +96,16 @@ def test_noise_depends_on_user_not_on_batch_position() -> None:
     assert uniforms.mean() == pytest.approx(0.5, abs=0.01)
 
 
+def test_normal_noise_is_box_muller_of_the_even_and_odd_uniform_columns() -> None:
+    step, users = tf.constant(3, tf.int64), tf.constant([[4], [11]], tf.int64)
+    column = tf.range(5, dtype=tf.int64)[tf.newaxis, :]
+    u1 = noise.uniform(2, noise.STREAM_EPSILON, step, users, 2 * column).numpy()
+    u2 = noise.uniform(2, noise.STREAM_EPSILON, step, users, 2 * column + 1).numpy()
+    expected = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * math.pi * u2)
+    got = noise.normal(2, step, tf.constant([4, 11], tf.int64), 5).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_training_forward_is_noisy_inference_is_not() -> None:
     model = MultVAE(30, hidden=8, latent=4, seed=0)
     data = batch([0, 0, 1], [1, 2, 5], [0, 1])
@@ -130,13 +140,38 @@ def test_hand_written_nll_gradient_matches_automatic_differentiation() -> None:
                                tape.gradient(reference, logits).numpy(), atol=1e-6)
 
 
-def test_compilable_first_layer_computes_the_same() -> None:
-    data = batch([0, 0, 1], [1, 2, 5], [0, 1])
-    plain, compiled = (MultVAE(30, hidden=8, latent=4, seed=2, xla=xla) for xla in (False, True))
-    step = tf.constant(4, tf.int64)
-    for a, b in zip(plain(data, training=True, step=step),
-                    compiled(data, training=True, step=step), strict=True):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+@pytest.mark.parametrize("form", ["dense", "segment"])
+def test_every_first_layer_form_computes_the_cpu_product_and_its_gradient(form: str) -> None:
+    """The GPU's dense form and XLA's segment form against the CPU's two-halves sparse
+    product, with padding entries (value 0, repeated at the last row) and an empty user."""
+    rng = np.random.default_rng(4)
+    rows = [0, 0, 0, 1, 3, 3, 3, 3, 3]  # user 2 has no items
+    items = [1, 7, 29, 5, 2, 3, 11, 0, 0]
+    values = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+    data = batch(rows, items, [10, 11, 12, 13], values)
+    results = []
+    for name in ("halves", form):
+        model = MultVAE(30, hidden=8, latent=4, seed=2, first_layer=name)
+        model.build_variables()
+        assert model.encoder_hidden.form == name
+        with tf.GradientTape() as tape:
+            logits, mu, logvar = model(data, training=True, step=tf.constant(4, tf.int64))
+            loss = tf.reduce_sum(tf.constant(rng.normal(size=logits.shape), tf.float32) *
+                                 logits) + tf.reduce_sum(mu * logvar)
+        grads = tape.gradient(loss, model.trainable_variables)
+        results.append([logits, mu, logvar, *[tf.convert_to_tensor(g) for g in grads]])
+        rng = np.random.default_rng(4)  # the same weighting for both forms
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
+    assert np.abs(results[0][3].numpy()).sum() > 0  # the first layer's kernel gets a gradient
+
+
+def test_the_first_layer_form_follows_the_host() -> None:
+    assert MultVAE(30, hidden=8, latent=4, xla=True).encoder_hidden.form == "segment"
+    expected = "dense" if tf.config.list_logical_devices("GPU") else "halves"
+    assert MultVAE(30, hidden=8, latent=4).encoder_hidden.form == expected
+    with pytest.raises(ValueError, match="first layer form 'sparse'"):
+        MultVAE(30, hidden=8, latent=4, first_layer="sparse")
 
 
 @pytest.mark.parametrize(("epochs", "steps", "cap"), [(3, 6, 0.2), (100, 7, 0.2), (1, 1, 0.5),

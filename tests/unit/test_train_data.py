@@ -39,7 +39,7 @@ def test_batches_are_the_csr_rows_padded_with_zero_entries() -> None:
     matrix = sp.csr_matrix(np.array([[1, 0, 1, 0], [0, 0, 0, 0], [0, 1, 1, 1]], np.float32))
     maker = data.BatchMaker(matrix, granule=4)
     users = np.array([[2, 0], [1, 2]], np.int64)
-    batches = list(data.dataset(maker, users))
+    batches = list(data.batches(maker, users))
     first = batches[0]
     assert first.rows.shape == (8,)  # 5 entries padded to a multiple of 4
     np.testing.assert_array_equal(first.rows.numpy()[:5], [0, 0, 0, 1, 1])
@@ -86,3 +86,50 @@ def test_device_resident_batches_equal_the_host_batches() -> None:
                 np.testing.assert_array_equal(field_a.numpy(), field_b.numpy())
     assert any(7 in row for row in users)  # the empty user was in a batch
 
+
+
+def test_resident_batches_leave_no_device_scope_open_between_steps() -> None:
+    from tensorflow.python.eager import context
+
+    matrix = sp.csr_matrix(np.eye(6, dtype=np.float32))
+    users = data.epoch_users(6, seed=0, epoch=1, steps=2, batch_size=3, world_size=1, rank=0)
+    outside = context.context().device_name
+    batches = data.batches(data.BatchMaker(matrix, 1, device="/CPU:0"), users)
+    next(batches)
+    assert context.context().device_name == outside  # the caller's ops run in its own scope
+    batches.close()
+
+
+def test_resident_gather_pads_without_pad_and_takes_its_size_from_the_host() -> None:
+    import tensorflow as tf
+
+    matrix = sp.csr_matrix(np.eye(6, dtype=np.float32))
+    maker = data.BatchMaker(matrix, 4, device="/CPU:0")
+    graph = maker.resident_gather.get_concrete_function(
+        tf.constant([0, 1], tf.int64), tf.constant(8, tf.int64)).graph
+    ops = {op.type: op for op in graph.get_operations()}
+    assert "Pad" not in ops and "PadV2" not in ops  # int64 Pad has no GPU kernel
+    limit = ops["Range"].inputs[1].op
+    assert limit.type == "Placeholder"  # the host's argument, not a device-computed value
+
+
+def test_bucket_rounds_up_to_at_most_four_sizes_per_doubling() -> None:
+    assert [data.bucket(n, 16) for n in (1, 16, 17, 64, 65, 100, 129)] == [
+        16, 16, 32, 64, 80, 112, 160]
+    sizes = {data.bucket(n, 8) for n in range(8 * 64 + 1, 8 * 128 + 1)}  # (512, 1024]
+    assert len(sizes) == 4 and all(s % 8 == 0 for s in sizes)
+    assert all(n <= data.bucket(n, 8) < 1.25 * n + 8 for n in range(1, 5000))
+
+
+def test_one_size_per_epoch_is_the_same_on_every_rank_and_fits_every_batch() -> None:
+    rng = np.random.default_rng(2)
+    matrix = sp.random(200, 50, density=0.2, format="csr", random_state=rng, dtype=np.float32)
+    users = data.all_ranks_users(200, seed=0, epoch=1, steps=6, batch_size=20, world_size=2)
+    maker = data.BatchMaker(matrix, 8, one_size=True)
+    sizes = [maker.padded_sizes(users, rank) for rank in range(2)]
+    np.testing.assert_array_equal(sizes[0], sizes[1])
+    assert len(set(sizes[0])) == 1
+    nnz = np.diff(matrix.indptr)[users].sum(axis=2)
+    assert sizes[0][0] >= nnz.max() and len(set(nnz.ravel())) > 1  # the batches do vary
+    per_step = data.BatchMaker(matrix, 8).padded_sizes(users, 1)
+    assert len(set(per_step)) > 1 and (per_step >= nnz[:, 1]).all()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -23,7 +25,7 @@ def run_steps(optimizer: keras.optimizers.Optimizer, steps: int) -> tuple[list[b
     step = dist.make_train_step(model, optimizer, config, runtime)
     batch = SparseBatch(tf.constant([0, 0, 1], tf.int64), tf.constant([1, 5, 7], tf.int64),
                         tf.ones([3]), tf.constant([0, 1], tf.int64))
-    finite = [bool(step(batch, tf.constant(i, tf.int64))[1]) for i in range(steps)]
+    finite = [step(batch, tf.constant(i, tf.int64)).numpy()[4] == 0.0 for i in range(steps)]
     return finite, model, before
 
 
@@ -48,3 +50,34 @@ def test_scale_falls_until_steps_apply() -> None:
     assert float(optimizer.dynamic_scale.numpy()) == 2.0 ** (40 - skipped)  # halved per skip
     assert int(optimizer.inner_optimizer.iterations.numpy()) == 40 - skipped
     assert not np.array_equal(before[-1], model.get_weights()[-1])
+
+
+def compiled_apply(optimizer: keras.optimizers.Optimizer, variables: list) -> Callable:
+    @tf.function
+    def apply(grads: list) -> None:
+        optimizer.apply(grads, variables)
+
+    return apply
+
+
+def test_fused_adam_matches_keras_adam_with_one_set_of_scalars() -> None:
+    from vaecf.train.optimizer import FusedAdam
+
+    rng = np.random.default_rng(0)
+    start = [rng.normal(size=shape).astype(np.float32) for shape in ((5, 3), (3,), (3, 2))]
+    results = []
+    for optimizer in (keras.optimizers.Adam(1e-2), FusedAdam(1e-2)):
+        variables = [keras.Variable(value) for value in start]
+        optimizer.build(variables)
+        apply = compiled_apply(optimizer, variables)
+        for i in range(3):
+            apply([tf.constant(np.sin(value * (i + 1))) for value in start])
+        results.append([v.numpy() for v in variables])
+        graph = apply.get_concrete_function(
+            [tf.TensorSpec(value.shape) for value in start]).graph.as_graph_def()
+        ops = [n.op for f in graph.library.function for n in f.node_def] + [
+            n.op for n in graph.node]
+        if isinstance(optimizer, FusedAdam):
+            assert ops.count("ResourceApplyAdam") == 3 and ops.count("Pow") == 2
+    for keras_value, fused_value in zip(*results, strict=True):
+        np.testing.assert_allclose(fused_value, keras_value, rtol=1e-5, atol=1e-6)

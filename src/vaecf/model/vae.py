@@ -85,18 +85,46 @@ def _initializers(seed: int, layer: int) -> dict[str, keras.initializers.Initial
                 stddev=0.001, seed=seed * 8 + 2 * layer + 1)}
 
 
+FIRST_LAYER_FORMS = ("halves", "dense", "segment")
+
+
+def first_layer_form(xla: bool) -> str:
+    """How ``SparseDense`` multiplies on this host (STYLE 13: the reasons are at its forms).
+
+    "segment" under ``--xla`` (XLA has no sparse product kernel), "dense" where a GPU is
+    visible, else "halves" (the CPU's sparse product).
+    """
+    if xla:
+        return "segment"
+    return "dense" if tf.config.list_logical_devices("GPU") else "halves"
+
+
 class SparseDense(keras.layers.Layer):
     """``tanh(x @ kernel + bias)`` for a sparse ``x``; always float32 (it is cheap).
 
+    Three forms of one product, equal up to float32 rounding (tested, values and gradients):
+
+    - "halves": two ``SparseTensorDenseMatMul`` s over halves of the entries. CPU: TF's
+      sparse product is single-threaded; two independent halves run in parallel (forward
+      and gradient), measured faster on 2 cores. On a GPU it is an atomicAdd per (entry,
+      column), 30% of an H100 step's kernel time at batch 16384, raises under op determinism
+      (tensorflow#56547) and refuses output width x entries > 2^31: hence "dense" there.
+    - "dense": the batch scattered into float32 [users, items] on the device, then one
+      matmul (its gradient a second one): no atomics, no size limit, deterministic;
+      2 x 395 GFLOP at batch 16384 is ~2 ms at an H100's TF32 rate against ~10 ms of SpMM.
+    - "segment": a gather of kernel rows and a segment sum, which XLA compiles (``--xla``
+      compiles the whole step).
+
     Args:
-      compilable: write the product as a gather and a segment sum, which XLA compiles
-        (``--xla`` compiles the whole step; XLA has no SparseTensorDenseMatMul kernel).
+      form: one of ``FIRST_LAYER_FORMS`` (``first_layer_form`` picks it for the host).
     """
 
-    def __init__(self, n_inputs: int, units: int, seed: int, compilable: bool = False,
+    def __init__(self, n_inputs: int, units: int, seed: int, form: str = "halves",
                  **kwargs: object) -> None:
         super().__init__(dtype="float32", **kwargs)
-        self.compilable = compilable
+        if form not in FIRST_LAYER_FORMS:
+            raise ValueError(f"first layer form {form!r}: expected one of {FIRST_LAYER_FORMS}")
+        self.form = form
         init = _initializers(seed, 0)
         self.kernel = self.add_weight(shape=(n_inputs, units), name="kernel",
                                       initializer=init["kernel_initializer"])
@@ -104,20 +132,23 @@ class SparseDense(keras.layers.Layer):
                                     initializer=init["bias_initializer"])
 
     def call(self, sparse: tf.SparseTensor) -> tf.Tensor:
-        if self.compilable:
+        kernel = self.kernel.value
+        if self.form == "segment":
             # float32 gather and segment sum: their scatter gradient in float16/bfloat16 is
             # ~10x slower on an H100 (DESIGN.md section 8), and XLA compiles both.
             rows, items = sparse.indices[:, 0], sparse.indices[:, 1]
-            picked = tf.gather(self.kernel.value, items) * sparse.values[:, tf.newaxis]
+            picked = tf.gather(kernel, items) * sparse.values[:, tf.newaxis]
             product = tf.math.unsorted_segment_sum(picked, rows, sparse.dense_shape[0])
-            return tf.tanh(product + self.bias.value)
-        # TensorFlow's sparse product runs on one thread: two halves of the entries make two
-        # independent products that the executor runs in parallel (forward and gradient).
-        half = tf.shape(sparse.values)[0] // 2
-        parts = [tf.SparseTensor(sparse.indices[:half], sparse.values[:half], sparse.dense_shape),
-                 tf.SparseTensor(sparse.indices[half:], sparse.values[half:], sparse.dense_shape)]
-        product = tf.add_n([tf.sparse.sparse_dense_matmul(part, self.kernel.value)
-                            for part in parts])
+        elif self.form == "dense":  # duplicate (padding) entries have value 0: sums are exact
+            dense = tf.scatter_nd(sparse.indices, sparse.values, sparse.dense_shape)
+            product = tf.matmul(dense, kernel)
+        else:
+            half = tf.shape(sparse.values)[0] // 2
+            parts = [tf.SparseTensor(sparse.indices[:half], sparse.values[:half],
+                                     sparse.dense_shape),
+                     tf.SparseTensor(sparse.indices[half:], sparse.values[half:],
+                                     sparse.dense_shape)]
+            product = tf.add_n([tf.sparse.sparse_dense_matmul(part, kernel) for part in parts])
         return tf.tanh(product + self.bias.value)
 
 
@@ -198,11 +229,13 @@ class MultVAE(keras.Model):
         step; the sparse first layer becomes a gather and a segment sum).
       item_chunk: compute the training likelihood over chunks of this many items
         (``loss.chunked_nll``; None: from the whole [users, items] logits).
+      first_layer: the first layer's form (default: ``first_layer_form(xla)``).
     """
 
     def __init__(self, n_items: int, hidden: int = 600, latent: int = 200,
                  dropout: float = 0.5, policy: str = "float32", seed: int = 0,
-                 xla: bool = False, item_chunk: int | None = None) -> None:
+                 xla: bool = False, first_layer: str | None = None,
+                 item_chunk: int | None = None) -> None:
         super().__init__()
         self.n_items = n_items
         self.item_chunk = item_chunk
@@ -210,7 +243,8 @@ class MultVAE(keras.Model):
         self.latent = latent
         self.dropout = dropout
         self.seed = seed
-        self.encoder_hidden = SparseDense(self.n_padded, hidden, seed, compilable=xla,
+        self.encoder_hidden = SparseDense(self.n_padded, hidden, seed,
+                                          first_layer or first_layer_form(xla),
                                           name="encoder_hidden")
         self.encoder_out = Affine(hidden, 2 * latent, seed, 1, name="encoder_out", dtype=policy)
         self.decoder_hidden = Affine(latent, hidden, seed, 2, activation="tanh", dtype=policy,

@@ -9,7 +9,7 @@ from pathlib import Path
 from vaecf.errors import VaecfError
 from vaecf.io import check_output, is_s3, manifest_name
 from vaecf.stages import finite_non_negative, finite_positive, new_parser, run_stage, seed
-from vaecf.train.config import PRECISIONS, TrainConfig
+from vaecf.train.config import COMPRESSIONS, PRECISIONS, TrainConfig
 
 STAGE = "train"
 
@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--expect-world-size", type=_positive, help="fail unless this many processes run")
     add("--expect-hosts", type=_positive, help="fail unless the processes span this many "
         "hosts")
+    add("--compression", choices=COMPRESSIONS, default="none", help="fp16: allreduce the "
+        "gradients as float16 (half the bytes between hosts; under horovodrun)")
     return parser
 
 
@@ -95,7 +97,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         checkpoint_interval=args.checkpoint_interval,
         checkpoint_every=args.checkpoint_every, steps_per_epoch=args.steps_per_epoch,
         expect_world_size=args.expect_world_size, expect_hosts=args.expect_hosts,
-        item_chunk=args.item_chunk)
+        compression=args.compression, item_chunk=args.item_chunk)
 
 
 def check_checkpoint_dir(directory: str) -> None:

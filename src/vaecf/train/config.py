@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
+COMPRESSIONS = ("none", "fp16")
 
 # Parameters that fix the shapes or the arithmetic of the checkpointed state: a checkpoint
 # written with other values cannot be resumed.
@@ -33,6 +34,9 @@ class TrainConfig:
         every epoch doubled a small run's time (issue 13); 0 writes every epoch.
       checkpoint_every: also checkpoint every N epochs (None: by time only).
       expect_world_size, expect_hosts: fail at start-up unless the job has this shape.
+      compression: "fp16" sends the gradients (and the logged loss statistics) through
+        Horovod's allreduce as float16 (half the bytes; for runs across hosts), "none" as
+        float32.
       item_chunk: items per chunk of the training likelihood (0: the whole [users, items]
         logits at once; None: chosen by size, ``vaecf.model.choose_item_chunk``).
     """
@@ -58,6 +62,7 @@ class TrainConfig:
     steps_per_epoch: int | None = None
     expect_world_size: int | None = None
     expect_hosts: int | None = None
+    compression: str = "none"
     item_chunk: int | None = None
 
     @property

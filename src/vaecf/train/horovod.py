@@ -2,7 +2,8 @@
 
 init -> pin the GPU by local rank -> precision policy -> per-rank seed -> forward and loss
 under a plain tape (scaled for float16) -> allreduce gradients -> unscale/apply -> broadcast
-variables after step 1 -> allreduce the reported loss -> rank 0 alone writes.
+variables after step 1 -> the reported loss travels with the gradients -> rank 0 alone
+writes.
 
 Keras 3 breaks Horovod's wrappers (``DistributedGradientTape``, ``horovod.tensorflow.keras``,
 ``broadcast_variables(model.variables)``), so this module uses a plain ``tf.GradientTape``,
@@ -12,7 +13,6 @@ variable (``v.value``). Without Horovod installed, a run is a world of one.
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +24,7 @@ import tensorflow as tf
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.model import MultVAE, SparseBatch, beta_at, gaussian_kl, l2_penalty
+from vaecf.train import devices
 from vaecf.train.config import TrainConfig
 from vaecf.train.optimizer import FusedAdam
 
@@ -44,7 +45,14 @@ class Runtime:
 
 
 def start(config: TrainConfig) -> Runtime:
-    """Join the job, check its shape, pin the device, set the policy and the seeds."""
+    """Join the job, pin the device, check the job's shape, set the policy and the seeds.
+
+    Every ``tf.config`` call (``devices.configure``) runs before the first TensorFlow op: the
+    host count below is an ``allgather_object`` (TensorFlow ops), so it comes after. It is
+    exact for any placement of ranks on hosts; ``hvd.cross_size()`` would need no op but
+    differs between ranks when hosts run unequal numbers of ranks, and ``--expect-hosts``
+    must fail on every rank alike.
+    """
     try:
         import horovod.tensorflow as hvd  # Horovod: imported at run time, never at import
     except ImportError:
@@ -52,33 +60,19 @@ def start(config: TrainConfig) -> Runtime:
     if hvd is not None:
         hvd.init()  # Horovod: initialise (a world of one when not launched by horovodrun)
         rank, size, local_rank = hvd.rank(), hvd.size(), hvd.local_rank()  # Horovod:
-        _share_cores(hvd.local_size())  # Horovod: ranks on one CPU host split its cores
-        hosts = len(set(hvd.allgather_object(socket.gethostname())))  # Horovod: host count
+        local_size = hvd.local_size()
     else:
-        rank, size, local_rank, hosts = 0, 1, 0, 1
+        rank, size, local_rank, local_size = 0, 1, 0, 1
     log.set_quiet(rank != 0)  # Horovod: rank 0 alone logs
+    gpus = devices.configure(local_rank, local_size)  # Horovod: pin the GPU by local rank
+    hosts = 1
+    if hvd is not None:
+        hosts = len(set(hvd.allgather_object(socket.gethostname())))  # Horovod: host count
     _check_shape(config, size, hosts)
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        gpu = gpus[local_rank % len(gpus)]
-        tf.config.experimental.set_memory_growth(gpu, True)  # share the GPU with other ranks
-        tf.config.set_visible_devices(gpu, "GPU")  # Horovod: pin the GPU by local rank
+    devices.log_setup(gpus)
     keras.mixed_precision.set_global_policy(config.keras_policy)  # Horovod: precision policy
     keras.utils.set_random_seed(config.seed + rank)  # Horovod: per-rank seed
     return Runtime(rank=rank, size=size, local_rank=local_rank, hosts=hosts, hvd=hvd)
-
-
-def _share_cores(local_size: int) -> None:
-    """Give each of ``local_size`` CPU-only ranks on a host its share of the cores.
-
-    Without this every rank sizes its thread pools for the whole machine and the ranks
-    oversubscribe it. Must run before TensorFlow executes its first op.
-    """
-    cores = os.cpu_count() or 1
-    if local_size > 1 and not tf.config.list_physical_devices("GPU"):
-        threads = max(1, cores // local_size)
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
 
 
 def _check_shape(config: TrainConfig, size: int, hosts: int) -> None:
@@ -102,14 +96,16 @@ def make_optimizer(config: TrainConfig) -> keras.optimizers.Optimizer:
     return adam
 
 
-StepFn = Callable[[SparseBatch, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
+StepFn = Callable[[SparseBatch, tf.Tensor], tf.Tensor]
 
 
 def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
                     config: TrainConfig, runtime: Runtime) -> StepFn:
-    """One data-parallel update: (batch, step) -> (averaged [loss, nll, kl, beta], finite).
+    """One data-parallel update: (batch, step) -> float32 [5], the averaged [loss, nll, kl,
+    beta] and 1 if the optimizer skipped the step (float16 gradients overflowed), else 0.
 
-    ``finite`` is False when float16 gradients overflowed and the optimizer skipped the step.
+    The step returns device tensors and never waits for the device: the caller reads them
+    back in blocks (``trainer.READ_EVERY``).
     """
     hvd, size = runtime.hvd, runtime.size
     if config.anneal_steps is None:
@@ -133,28 +129,35 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
         return tf.stack([loss, nll, kl, beta]), grads
 
     def apply(grads: list) -> tf.Tensor:
-        finite = tf.constant(True)
-        if scaling:  # the optimizer skips the step on overflow; count it for the log
-            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-        optimizer.apply(grads, variables)  # Horovod: unscale (fp16), skip if not finite
-        return finite
+        skipped = tf.constant(0.0)
+        if scaling:  # the optimizer skips the step on overflow: the same scale before, after
+            before = tf.convert_to_tensor(optimizer.dynamic_scale)  # read before the apply
+            optimizer.apply(grads, variables)  # Horovod: unscale (fp16), skip if not finite
+            return tf.cast(tf.convert_to_tensor(optimizer.dynamic_scale) < before, tf.float32)
+        optimizer.apply(grads, variables)
+        return skipped
 
-    def step(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def step(batch: SparseBatch, step_idx: tf.Tensor) -> tf.Tensor:
         stats, grads = gradients(batch, step_idx)
-        return stats, apply(grads)
+        return tf.concat([stats, [apply(grads)]], 0)
 
-    if size == 1:  # --xla compiles the whole step: forward, loss, gradients, apply
-        return tf.function(step, reduce_retracing=True, jit_compile=config.xla)
+    if size == 1:  # --xla compiles the whole step: forward, loss, gradients, apply. Each
+        # batch shape is its own trace (no reduce_retracing): one compile per traced shape.
+        return tf.function(step, reduce_retracing=not config.xla, jit_compile=config.xla)
     # XLA cannot compile Horovod's collectives: compile the two halves around them.
     compiled_gradients = tf.function(gradients, jit_compile=config.xla)
     compiled_apply = tf.function(apply, jit_compile=config.xla)
+    # --compression fp16: every tensor of the group travels as float16 (Horovod requires one
+    # dtype per group), the logged statistics too: the averaged loss keeps ~3 digits.
+    compression = hvd.Compression.fp16 if config.compression == "fp16" else hvd.Compression.none
 
-    def distributed_step(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def distributed_step(batch: SparseBatch, step_idx: tf.Tensor) -> tf.Tensor:
         stats, grads = compiled_gradients(batch, step_idx)
-        grads = hvd.grouped_allreduce(grads, op=hvd.Average)  # Horovod: average grads
-        finite = compiled_apply(grads)  # Horovod: unscale (fp16), skip if not finite
-        stats = hvd.allreduce(stats, op=hvd.Average)  # Horovod: averaged loss for logs
-        return stats, finite
+        # Horovod: one allreduce per step averages the gradients and the logged statistics
+        *grads, stats = hvd.grouped_allreduce([*grads, stats], op=hvd.Average,
+                                              compression=compression)
+        skipped = compiled_apply(grads)  # Horovod: unscale (fp16), skip if not finite
+        return tf.concat([stats, [skipped]], 0)
 
     return tf.function(distributed_step, reduce_retracing=True)
 

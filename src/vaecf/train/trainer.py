@@ -27,6 +27,17 @@ from vaecf.train.config import STATE_PARAMETERS, TrainConfig
 
 VAL_KEYS = ("recall_at_20", "recall_at_50", "ndcg_at_100")
 
+# Steps between reads of the step results (loss statistics, skips): each read waits until the
+# device has finished every queued step, so reading every step (as before) kept the host from
+# queueing the next step ahead and left a GPU idle between steps at small batches. A
+# non-finite loss is therefore seen up to this many steps late (the error names its step).
+READ_EVERY = 32
+
+
+def read_back(values: tf.Tensor) -> np.ndarray:
+    """The one place the training loop waits for the device: ``values`` as numpy."""
+    return np.asarray(values.numpy())
+
 
 @dataclass
 class State:
@@ -68,7 +79,7 @@ class Trainer:
         self.optimizer.build(self.model.trainable_variables)
         self.step_fn = dist.make_train_step(self.model, self.optimizer, config, runtime)
         self.maker = data.BatchMaker(train, data.pad_granule(train, local),
-                                     device=data.resident_device())
+                                     device=data.resident_device(), one_size=config.xla)
         self.state = State()
         self._scores = tf.function(self._score_batch, reduce_retracing=True)
 
@@ -176,39 +187,49 @@ class Trainer:
 
     def _run_epoch(self, epoch: int, broadcast_after_first: bool) -> dict[str, Any]:
         config, runtime = self.config, self.runtime
-        users = data.epoch_users(self.train.shape[0], seed=config.seed, epoch=epoch,
-                                 steps=self.steps, batch_size=config.batch_size,
-                                 world_size=runtime.size, rank=runtime.rank)
-        batches = data.batches(self.maker, users)
-        totals, skipped, waited = np.zeros(4), 0, 0.0
+        everyone = data.all_ranks_users(self.train.shape[0], seed=config.seed, epoch=epoch,
+                                        steps=self.steps, batch_size=config.batch_size,
+                                        world_size=runtime.size)
+        batches = data.batches(self.maker, everyone[:, runtime.rank],
+                               self.maker.padded_sizes(everyone, runtime.rank))
+        results, pending, waited = [], [], 0.0
         progress = log.Progress(f"epoch {epoch}", total=self.steps, unit="steps")
         started = time.perf_counter()
-        for _ in range(self.steps):
+        for index in range(self.steps):
             before = time.perf_counter()
             batch = next(batches)
             waited += time.perf_counter() - before
-            stats, finite = self.step_fn(batch, tf.constant(self.state.step, tf.int64))
-            stats = stats.numpy()
+            pending.append(self.step_fn(batch, tf.constant(self.state.step, tf.int64)))
             self.state.step += 1
-            if not np.isfinite(stats[0]):
-                raise VaecfError(f"non-finite loss at epoch {epoch} step {self.state.step}")
             if broadcast_after_first:
                 dist.broadcast_state(self.model, self.optimizer, runtime)
                 broadcast_after_first = False
-            skipped += int(not bool(finite))
-            totals += stats
+            if len(pending) == READ_EVERY or index == self.steps - 1:
+                results.append(self._check(read_back(tf.stack(pending)), epoch))
+                pending = []
             progress.update(1)
         seconds = time.perf_counter() - started
         progress.close()
-        loss, nll, kl, _ = totals / self.steps
+        stats = np.concatenate(results)
+        loss, nll, kl, _, _ = stats.mean(axis=0)
         return {"epoch": epoch, "step": self.state.step, "loss": float(loss),
-                "nll": float(nll), "kl": float(kl), "beta": float(stats[3]),
+                "nll": float(nll), "kl": float(kl), "beta": float(stats[-1, 3]),
                 "epoch_seconds": seconds,
                 "users_per_second": self.steps * config.batch_size / seconds,
                 "input_seconds": waited, "input_share": waited / seconds,
-                "skipped_steps": skipped, "loss_scale": self.loss_scale(),
+                "skipped_steps": int(stats[:, 4].sum()), "loss_scale": self.loss_scale(),
                 "precision": config.precision, "world_size": runtime.size,
                 "batch_size": config.batch_size}
+
+    def _check(self, stats: np.ndarray, epoch: int) -> np.ndarray:
+        """``stats`` [steps, 5] of the steps up to ``state.step``, refused if a loss is not
+        finite: the run stops without a checkpoint, so the last good one is kept."""
+        bad = np.flatnonzero(~np.isfinite(stats[:, 0]))
+        if bad.size:
+            step = self.state.step - len(stats) + int(bad[0]) + 1
+            raise VaecfError(f"non-finite loss at epoch {epoch} step {step} (seen at step "
+                             f"{self.state.step}: results are read every {READ_EVERY} steps)")
+        return stats
 
     def _validate(self, epoch: int) -> dict[str, float]:
         """Validation metrics of the current weights; remembers the best epoch's weights."""
