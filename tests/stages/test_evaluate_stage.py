@@ -165,6 +165,17 @@ def one_line_error(cli, output: Path, *argv: object) -> str:  # type: ignore[no-
     return err
 
 
+def test_ease_that_does_not_fit_in_memory_is_refused_in_one_line(
+        synthetic_split, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    import vaecf.baselines.ease
+
+    monkeypatch.setattr(vaecf.baselines.ease, "available_bytes", lambda: 1 << 20)
+    err = one_line_error(cli, tmp_path / "out", "--split", synthetic_split(),
+                         "--model", "popularity", "--baselines", "ease")
+    assert "GiB is available (leave ease out of --baselines" in err
+
+
 def test_model_trained_on_other_items_is_refused(synthetic_split, cli, tmp_path: Path
                                                  ) -> None:  # type: ignore[no-untyped-def]
     split_dir = synthetic_split()

@@ -20,6 +20,9 @@ from vaecf.log import Progress
 
 RATINGS_COLUMNS = ("userId", "movieId", "rating", "timestamp")
 _CHUNK_USERS = 1024
+# Affinity cells drawn at once (users x items): 1,024 users up to 32,768 items, fewer above
+# (a 1,024-user chunk of 1M items would hold 12 GB of affinity and Gumbel noise).
+_CHUNK_CELLS = 1 << 25
 # How strongly taste beats popularity: at 3, EASE roughly doubles popularity's NDCG@100.
 _TASTE_SCALE = 3.0
 
@@ -51,8 +54,9 @@ def generate_ratings(n_users: int, n_items: int, seed: int, mean_items: float = 
 
     users, items, liked = [], [], []
     bar = Progress("synthetic ratings", n_users, "users")
-    for start in range(0, n_users, _CHUNK_USERS):
-        stop = min(start + _CHUNK_USERS, n_users)
+    chunk = max(1, min(_CHUNK_USERS, _CHUNK_CELLS // n_items))
+    for start in range(0, n_users, chunk):
+        stop = min(start + chunk, n_users)
         affinity = tastes[start:stop] @ profiles.T * (_TASTE_SCALE / np.sqrt(rank)) + popularity
         affinity += rng.gumbel(size=affinity.shape).astype(np.float32)
         top = int(sizes[start:stop].max())

@@ -28,6 +28,15 @@ from vaecf.metrics.reference import METRICS, mean_stderr, metrics_from_ranking, 
 
 ScoreBatch = Callable[[sp.csr_matrix], Any]
 ENGINES = ("tensorflow", "numpy")
+# Scores of one chunk, users x items (512 MiB of float32): at 1M items a chunk of 4,096 users
+# would hold 16 GB per array; at ML-20M's 20k items the cap is above every default chunk.
+SCORE_CELLS = 1 << 27
+
+
+def chunk_users(batch_users: int, n_items: int) -> int:
+    """Users per scoring chunk: ``batch_users``, fewer where the chunk's (B, n_items) scores
+    would pass ``SCORE_CELLS``, at least 1."""
+    return max(1, min(batch_users, SCORE_CELLS // max(n_items, 1)))
 
 
 @dataclass(frozen=True)
@@ -123,7 +132,8 @@ def evaluate(score_batch: ScoreBatch, fold_in: sp.csr_matrix, holdout: sp.csr_ma
     Args:
       score_batch: (B, n_items) CSR fold-in rows -> float32 (B, n_items) unmasked scores.
       fold_in, holdout: CSR (users, n_items).
-      batch_users: users per chunk (bounds memory: a few B x n_items arrays).
+      batch_users: users per chunk (bounds memory: a few B x n_items arrays), lowered
+        for large catalogues (``chunk_users``).
       engine: ``tensorflow`` (batched, on GPU when there is one) or ``numpy`` (reference).
       top_k: also keep this many top items per evaluated user (``Evaluation.top_k``).
 
@@ -139,6 +149,7 @@ def evaluate(score_batch: ScoreBatch, fold_in: sp.csr_matrix, holdout: sp.csr_ma
     skipped = holdout.shape[0] - users.size
     fold_in, holdout = fold_in[users], holdout[users]
     chunk_metrics, device = _engine(engine, holdout.shape[1], top_k)
+    batch_users = chunk_users(batch_users, holdout.shape[1])
     values: dict[str, list[np.ndarray]] = {key: [] for key, _, _ in METRICS}
     tops: list[tuple[np.ndarray, np.ndarray]] = []
     progress = Progress("evaluating", total=users.size, unit="users")

@@ -17,14 +17,18 @@ the sparse first layer, the latent statistics and the logits stay float32.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import keras
 import tensorflow as tf
 
-from vaecf.model import noise
+from vaecf.model import loss, noise
+from vaecf.model import shard as item_shard
 
 PAD_MULTIPLE = 8
+WHOLE_LOGITS_BYTES = 1 << 30  # one step's float32 logits above this: chunked likelihood
+CHUNK_LOGITS_BYTES = 64 << 20  # float32 logits of one chunk (chunk = this / 4 / users)
 
 
 class SparseBatch(NamedTuple):
@@ -48,6 +52,23 @@ def padded_items(n_items: int) -> int:
     return -(-n_items // PAD_MULTIPLE) * PAD_MULTIPLE
 
 
+def choose_item_chunk(users: int, n_padded: int, requested: int | None) -> int | None:
+    """Items per chunk of the training likelihood for ``users`` per step (None: unchunked).
+
+    ``requested`` 0 means unchunked and a positive count is taken as given. By default the
+    likelihood is chunked only once one step's float32 logits pass ``WHOLE_LOGITS_BYTES``:
+    measured on 2 CPU cores (fp32), the chunked step was ~2x slower (it recomputes the
+    decoder product backward) and its item-sized kernel gradient is copied once more, so it
+    pays off only where the [users, items] arrays (logits, softmax, gradient) dominate:
+    2,000 users x 100k items peaked at 2.1 GB chunked against 4.1 GB whole.
+    """
+    if requested is not None:
+        return requested or None
+    if users * n_padded * 4 <= WHOLE_LOGITS_BYTES:
+        return None
+    return max(PAD_MULTIPLE, min(n_padded, CHUNK_LOGITS_BYTES // (4 * max(users, 1))))
+
+
 def add_bias(x: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
     """``x + bias`` over the last axis, written per dtype for speed.
 
@@ -59,11 +80,24 @@ def add_bias(x: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
     return tf.nn.bias_add(x, bias) if x.dtype == tf.float32 else x + bias
 
 
-def _initializers(seed: int, layer: int) -> dict[str, keras.initializers.Initializer]:
-    """Paper initialisation, seeded per layer so every Horovod rank starts identical."""
-    return {"kernel_initializer": keras.initializers.GlorotUniform(seed=seed * 8 + 2 * layer),
-            "bias_initializer": keras.initializers.TruncatedNormal(
-                stddev=0.001, seed=seed * 8 + 2 * layer + 1)}
+def _initializers(seed: int, layer: int, shard_of: tuple[int, int, int] | None = None
+                  ) -> dict[str, keras.initializers.Initializer]:
+    """Paper initialisation, seeded per layer so every Horovod rank starts identical.
+
+    ``shard_of`` (fan_in, fan_out, rank): an item shard of a larger layer; Glorot's limit
+    comes from the whole layer's fans and the draws are seeded by rank too.
+    """
+    base = seed * 8 + 2 * layer
+    if shard_of is None:
+        return {"kernel_initializer": keras.initializers.GlorotUniform(seed=base),
+                "bias_initializer": keras.initializers.TruncatedNormal(stddev=0.001,
+                                                                       seed=base + 1)}
+    fan_in, fan_out, rank = shard_of
+    limit = math.sqrt(6.0 / (fan_in + fan_out))
+    shard_seed = base + 1_000_003 * (rank + 1)
+    return {"kernel_initializer": keras.initializers.RandomUniform(-limit, limit, shard_seed),
+            "bias_initializer": keras.initializers.TruncatedNormal(stddev=0.001,
+                                                                   seed=shard_seed + 1)}
 
 
 FIRST_LAYER_FORMS = ("halves", "dense", "segment")
@@ -103,16 +137,22 @@ class SparseDense(keras.layers.Layer):
     """
 
     def __init__(self, n_inputs: int, units: int, seed: int, form: str = "halves",
-                 **kwargs: object) -> None:
+                 shard_of: tuple[int, int, int] | None = None, **kwargs: object) -> None:
         super().__init__(dtype="float32", **kwargs)
         if form not in FIRST_LAYER_FORMS:
             raise ValueError(f"first layer form {form!r}: expected one of {FIRST_LAYER_FORMS}")
         self.form = form
-        init = _initializers(seed, 0)
+        init = _initializers(seed, 0, shard_of)
         self.kernel = self.add_weight(shape=(n_inputs, units), name="kernel",
                                       initializer=init["kernel_initializer"])
         self.bias = self.add_weight(shape=(units,), name="bias",
                                     initializer=init["bias_initializer"])
+
+    def sharded(self, entries: loss.Entries, users: tf.Tensor,
+                shard: item_shard.ItemShard) -> tf.Tensor:
+        """The layer's output [users, hidden] when its rows are sharded by item."""
+        product = item_shard.first_layer(entries, self.kernel.value, users, shard)
+        return tf.tanh(product + self.bias.value)
 
     def call(self, batch: SparseBatch, values: tf.Tensor, users: tf.Tensor) -> tf.Tensor:
         """[users, units] from ``batch``'s entries weighted by ``values`` (float32 [nnz]).
@@ -171,22 +211,45 @@ class ItemLogits(keras.layers.Layer):
     probability mass and get no gradient.
     """
 
-    def __init__(self, hidden: int, n_items: int, n_padded: int, seed: int,
-                 **kwargs: object) -> None:
+    def __init__(self, hidden: int, n_items: int, n_padded: int, seed: int, first: int = 0,
+                 shard_of: tuple[int, int, int] | None = None, **kwargs: object) -> None:
         super().__init__(**kwargs)
-        init = _initializers(seed, 3)
+        init = _initializers(seed, 3, shard_of)
         self.kernel = self.add_weight(shape=(hidden, n_padded), name="kernel",
                                       initializer=init["kernel_initializer"])
         self.bias = self.add_weight(shape=(n_padded,), name="bias",
                                     initializer=init["bias_initializer"])
-        self._is_pad = tf.range(n_padded) >= n_items
+        self._is_pad = tf.range(first, first + n_padded) >= n_items
 
     def call(self, hidden: tf.Tensor) -> tf.Tensor:
         dtype = tf.as_dtype(self.compute_dtype)
         kernel = tf.cast(self.kernel.value, dtype)
-        bias = tf.where(self._is_pad, tf.constant(dtype.min, dtype),
+        return add_bias(tf.matmul(tf.cast(hidden, dtype), kernel), self._masked_bias(dtype))
+
+    def _masked_bias(self, dtype: tf.DType) -> tf.Tensor:
+        """The bias [padded items] in ``dtype``, the dtype's minimum at the padded items."""
+        return tf.where(self._is_pad, tf.constant(dtype.min, dtype),
                         tf.cast(self.bias.value, dtype))
-        return add_bias(tf.matmul(tf.cast(hidden, dtype), kernel), bias)
+
+    def nll(self, hidden: tf.Tensor, batch: SparseBatch, chunk: int | None) -> tf.Tensor:
+        """Per-user multinomial NLL, float32 [users], of this layer's logits of ``hidden``.
+
+        ``chunk`` None: from the whole [users, items] logits; else ``loss.chunked_nll`` over
+        chunks of this many items (the bias and the log-sum-exp in float32 either way).
+        """
+        if chunk is None:
+            return loss.multinomial_nll(self(hidden), batch)
+        dtype = tf.as_dtype(self.compute_dtype)
+        return loss.chunked_nll(tf.cast(hidden, dtype), tf.cast(self.kernel.value, dtype),
+                                self._masked_bias(tf.float32), batch, chunk)
+
+    def sharded_nll(self, hidden: tf.Tensor, entries: loss.Entries, chunk: int | None,
+                    shard: item_shard.ItemShard) -> tf.Tensor:
+        """``nll`` when this layer's columns are sharded by item (``item_shard.nll``)."""
+        dtype = tf.as_dtype(self.compute_dtype)
+        return item_shard.nll(tf.cast(hidden, dtype), tf.cast(self.kernel.value, dtype),
+                              self._masked_bias(tf.float32), entries, chunk or shard.width,
+                              shard)
 
 
 class MultVAE(keras.Model):
@@ -201,26 +264,40 @@ class MultVAE(keras.Model):
       seed: seed of the dropout and sampling noise.
       xla: write every op so that XLA compiles it (``--xla`` compiles the whole training
         step; the sparse first layer becomes a gather and a segment sum).
+      item_chunk: compute the training likelihood over chunks of this many items
+        (``loss.chunked_nll``; None: from the whole [users, items] logits).
       first_layer: the first layer's form (default: ``first_layer_form(xla)``).
+      shard: this rank's share of the items (``--shard-items``): the first layer's rows and
+        the decoder's columns of those items only; trains through ``likelihood`` alone.
     """
 
     def __init__(self, n_items: int, hidden: int = 600, latent: int = 200,
                  dropout: float = 0.5, policy: str = "float32", seed: int = 0,
-                 xla: bool = False, first_layer: str | None = None) -> None:
+                 xla: bool = False, first_layer: str | None = None,
+                 item_chunk: int | None = None,
+                 shard: item_shard.ItemShard | None = None) -> None:
         super().__init__()
         self.n_items = n_items
+        self.item_chunk = item_chunk
+        self.shard = shard
         self.n_padded = padded_items(n_items)
+        rows, first = self.n_padded, 0
+        encoder_of = decoder_of = None
+        if shard is not None:
+            rows, first = shard.width, shard.first
+            encoder_of = (self.n_padded, hidden, shard.rank)
+            decoder_of = (hidden, self.n_padded, shard.rank)
         self.latent = latent
         self.dropout = dropout
         self.seed = seed
-        self.encoder_hidden = SparseDense(self.n_padded, hidden, seed,
+        self.encoder_hidden = SparseDense(rows, hidden, seed,
                                           first_layer or first_layer_form(xla),
-                                          name="encoder_hidden")
+                                          shard_of=encoder_of, name="encoder_hidden")
         self.encoder_out = Affine(hidden, 2 * latent, seed, 1, name="encoder_out", dtype=policy)
         self.decoder_hidden = Affine(latent, hidden, seed, 2, activation="tanh", dtype=policy,
                                      name="decoder_hidden")
-        self.decoder_out = ItemLogits(hidden, n_items, self.n_padded, seed, name="decoder_out",
-                                      dtype=policy)
+        self.decoder_out = ItemLogits(hidden, n_items, rows, seed, first, decoder_of,
+                                      name="decoder_out", dtype=policy)
 
     def call(self, batch: SparseBatch, training: bool = False,
              step: tf.Tensor | int = 0) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -231,6 +308,43 @@ class MultVAE(keras.Model):
     def forward(self, batch: SparseBatch, training: bool = False,
                 step: tf.Tensor | int = 0) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """Like ``call`` but the logits stay in the compute dtype (the loss upcasts them)."""
+        hidden, mu, logvar = self._decoder_hidden(batch, training, step)
+        return self.decoder_out(hidden), mu, logvar
+
+    def likelihood(self, batch: SparseBatch, training: bool = False,
+                   step: tf.Tensor | int = 0) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """(per-user multinomial NLL float32 [users], mu, logvar): what training minimises,
+        over item chunks when ``item_chunk`` is set."""
+        if self.shard is not None:
+            return self._sharded_likelihood(batch, training, step, self.shard)
+        hidden, mu, logvar = self._decoder_hidden(batch, training, step)
+        return self.decoder_out.nll(hidden, batch, self.item_chunk), mu, logvar
+
+    def _sharded_likelihood(self, batch: SparseBatch, training: bool, step: tf.Tensor | int,
+                            shard: item_shard.ItemShard
+                            ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """``likelihood`` with the item layers sharded (``vaecf.model.shard``)."""
+        users = tf.shape(batch.user_idx, out_type=tf.int64)[0]
+        inputs, targets = (item_shard.global_entries(batch.rows, batch.item_idx, values,
+                                                     users, shard)
+                           for values in (self._input_values(batch, training, step),
+                                          batch.values))
+        hidden, mu, logvar = self._dense(self.encoder_hidden.sharded(inputs, users, shard),
+                                         batch.user_idx, step, training)
+        return (self.decoder_out.sharded_nll(hidden, targets, self.item_chunk, shard), mu,
+                logvar)
+
+    def _decoder_hidden(self, batch: SparseBatch, training: bool,
+                        step: tf.Tensor | int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """(decoder hidden activations [users, hidden], mu, logvar [users, latent])."""
+        users = tf.shape(batch.user_idx)[0]  # int32: see SparseDense.call
+        values = self._input_values(batch, training, step)
+        return self._dense(self.encoder_hidden(batch, values, users), batch.user_idx, step,
+                           training)
+
+    def _input_values(self, batch: SparseBatch, training: bool,
+                      step: tf.Tensor | int) -> tf.Tensor:
+        """float32 [nnz]: the first layer's input, L2-normalised per user (and dropped out)."""
         users = tf.shape(batch.user_idx)[0]  # int32: see SparseDense.call
         values = self._normalise(batch, users)
         if training and self.dropout > 0.0:
@@ -238,19 +352,18 @@ class MultVAE(keras.Model):
             keep = noise.uniform(self.seed, noise.STREAM_DROPOUT, step, entry_user,
                                  batch.item_idx) >= self.dropout
             values = tf.where(keep, values / (1.0 - self.dropout), 0.0)
-        return self._dense(self.encoder_hidden(batch, values, users), batch.user_idx, step,
-                           training)
+        return values
 
     def _dense(self, hidden: tf.Tensor, user_idx: tf.Tensor, step: tf.Tensor | int,
                training: bool) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """Encoder hidden activations [users, hidden] -> (logits, mu, logvar)."""
+        """Encoder hidden activations [users, hidden] -> (decoder hidden, mu, logvar)."""
         stats = tf.cast(self.encoder_out(hidden), tf.float32)
         mu, logvar = stats[:, :self.latent], stats[:, self.latent:]
         z = mu
         if training:
             eps = noise.normal(self.seed, step, user_idx, self.latent)
             z = mu + eps * tf.exp(0.5 * logvar)
-        return self.decoder_out(self.decoder_hidden(z)), mu, logvar
+        return self.decoder_hidden(z), mu, logvar
 
     @staticmethod
     def _normalise(batch: SparseBatch, users: tf.Tensor) -> tf.Tensor:
@@ -262,8 +375,26 @@ class MultVAE(keras.Model):
 
     def build_variables(self) -> None:
         """Create every variable by calling the model once on an empty batch."""
+        if self.shard is not None:  # created in __init__; a call would need every rank
+            self.built = True
+            return
         empty = tf.zeros([0], tf.int64)
         self(SparseBatch(empty, empty, tf.zeros([0]), tf.zeros([1], tf.int64)))
+
+    def sharded_variables(self) -> list[keras.Variable]:
+        """The variables each rank holds its own share of (never averaged over ranks)."""
+        if self.shard is None:
+            return []
+        return [self.encoder_hidden.kernel, self.decoder_out.kernel, self.decoder_out.bias]
+
+    def penalty(self, l2: float) -> tf.Tensor:
+        """``l2 * sum ||W||^2`` over the whole model's kernels (every shard's)."""
+        if self.shard is None:
+            return loss.l2_penalty([k.value for k in self.weight_kernels()], l2)
+        sharded = [self.encoder_hidden.kernel.value, self.decoder_out.kernel.value]
+        return (loss.l2_penalty([self.encoder_out.kernel.value,
+                                 self.decoder_hidden.kernel.value], l2)
+                + item_shard.penalty(sharded, l2, self.shard))
 
     def weight_kernels(self) -> list[keras.Variable]:
         """The kernels (not the biases): what the optional L2 penalty applies to."""

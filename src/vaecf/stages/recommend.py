@@ -26,6 +26,7 @@ from vaecf import log
 from vaecf.data.splits import save_parquet
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, read_manifest, write_manifest
+from vaecf.metrics.evaluation import chunk_users
 from vaecf.serve.model import item_id_map
 from vaecf.stages import new_parser, run_stage
 
@@ -143,8 +144,9 @@ def recommend(model_dir: Path, item_ids: np.ndarray, pairs: pd.DataFrame,
     signature = loaded.signatures["recommend"]
     top_items, top_scores = [], []
     progress = log.Progress("recommending", total=users.size, unit="users")
-    for start in range(0, users.size, BATCH_USERS):
-        stop = min(start + BATCH_USERS, users.size)
+    batch_users = chunk_users(BATCH_USERS, item_ids.size)
+    for start in range(0, users.size, batch_users):
+        stop = min(start + batch_users, users.size)
         out = signature(row_splits=tf.constant(splits[start:stop + 1] - splits[start]),
                         item_idx=tf.constant(items[splits[start]:splits[stop]]),
                         k=tf.constant(top_k, tf.int32))

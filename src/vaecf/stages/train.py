@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(1: every epoch, as before)")
     add("--steps-per-epoch", type=_positive, help="steps per epoch [default: one pass over "
         "the training users]")
+    add("--item-chunk", type=_non_negative, metavar="N", help="compute the training "
+        "likelihood over chunks of N items, never holding the [users, items] logits (0: "
+        "whole) [default: chunked when one process's step would hold over 1 GiB of logits]")
     add("--expect-world-size", type=_positive, help="fail unless this many processes run")
     add("--expect-hosts", type=_positive, help="fail unless the processes span this many "
         "hosts")
@@ -96,7 +99,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         checkpoint_interval=args.checkpoint_interval,
         checkpoint_every=args.checkpoint_every, steps_per_epoch=args.steps_per_epoch,
         expect_world_size=args.expect_world_size, expect_hosts=args.expect_hosts,
-        compression=args.compression, tensorboard_dir=args.tensorboard_dir)
+        compression=args.compression, tensorboard_dir=args.tensorboard_dir,
+        item_chunk=args.item_chunk)
 
 
 def _body(args: argparse.Namespace) -> None:

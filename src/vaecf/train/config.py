@@ -41,6 +41,8 @@ class TrainConfig:
         Horovod's allreduce as float16 (half the bytes; for runs across hosts), "none" as
         float32.
       tensorboard_dir: rank 0 writes TensorBoard event files here (local or s3://), or None.
+      item_chunk: items per chunk of the training likelihood (0: the whole [users, items]
+        logits at once; None: chosen by size, ``vaecf.model.choose_item_chunk``).
     """
 
     split: str
@@ -67,6 +69,7 @@ class TrainConfig:
     expect_hosts: int | None = None
     compression: str = "none"
     tensorboard_dir: str | None = None
+    item_chunk: int | None = None
 
     @property
     def keras_policy(self) -> str:

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from vaecf import log
 from vaecf.errors import VaecfError
-from vaecf.model import MultVAE, SparseBatch, beta_at, gaussian_kl, l2_penalty, multinomial_nll
+from vaecf.model import MultVAE, SparseBatch, beta_at, gaussian_kl
+from vaecf.model.shard import Collectives, ItemShard, shard_width
 from vaecf.train import devices
 from vaecf.train.config import TrainConfig
 from vaecf.train.optimizer import FusedAdam, SkippingLossScale
@@ -117,10 +119,10 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
     def gradients(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, list]:
         beta = beta_at(step_idx, config.beta_cap, anneal_steps)
         with tf.GradientTape() as tape:  # Horovod: plain tape (Keras 3 breaks the wrapper)
-            logits, mu, logvar = model.forward(batch, training=True, step=step_idx)
-            nll = tf.reduce_mean(multinomial_nll(logits, batch))
+            nll, mu, logvar = model.likelihood(batch, training=True, step=step_idx)
+            nll = tf.reduce_mean(nll)
             kl = tf.reduce_mean(gaussian_kl(mu, logvar))
-            penalty = l2_penalty([k.value for k in model.weight_kernels()], config.l2)
+            penalty = model.penalty(config.l2)
             loss = nll + beta * kl + penalty
             scaled = optimizer.scale_loss(loss) if scaling else loss  # Horovod: fp16 scale
         # Dense gradients (the gather of the --xla first layer gives IndexedSlices): the fused
@@ -145,17 +147,27 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
         # batch shape is its own trace (no reduce_retracing): one compile per traced shape.
         return tf.function(step, reduce_retracing=not config.xla, jit_compile=config.xla)
     # XLA cannot compile Horovod's collectives: compile the two halves around them.
-    compiled_gradients = tf.function(gradients, jit_compile=config.xla)
+    # With item shards the forward and backward passes hold collectives too: not compiled.
+    compiled_gradients = tf.function(gradients, jit_compile=config.xla and not model.shard)
     compiled_apply = tf.function(apply, jit_compile=config.xla)
     # --compression fp16: every tensor of the group travels as float16 (Horovod requires one
     # dtype per group), the logged statistics too: the averaged loss keeps ~3 digits.
     compression = hvd.Compression.fp16 if config.compression == "fp16" else hvd.Compression.none
 
+    sharded = {id(v) for v in model.sharded_variables()}
+    owned = [id(v) in sharded for v in variables]
+
     def distributed_step(batch: SparseBatch, step_idx: tf.Tensor) -> tf.Tensor:
         stats, grads = compiled_gradients(batch, step_idx)
-        # Horovod: one allreduce per step averages the gradients and the logged statistics
-        *grads, stats = hvd.grouped_allreduce([*grads, stats], op=hvd.Average,
-                                              compression=compression)
+        # Horovod: one allreduce per step averages the replicated gradients and the logged
+        # statistics; an item shard's gradient is already the sum over every rank's loss
+        # (vaecf.model.shard): its average is a division, never an allreduce.
+        *averaged, stats = hvd.grouped_allreduce(
+            [g for g, own in zip(grads, owned, strict=True) if not own] + [stats],
+            op=hvd.Average, compression=compression)
+        replicated = iter(averaged)
+        grads = [g / size if own else next(replicated) for g, own in zip(grads, owned,
+                                                                          strict=True)]
         skipped = compiled_apply(grads)  # Horovod: unscale (fp16), skip if not finite
         return tf.concat([stats, [skipped]], 0)
 
@@ -166,13 +178,57 @@ def _tf_variables(variables: Sequence[keras.Variable]) -> list[tf.Variable]:
     return [v.value for v in variables]
 
 
+def item_shard(runtime: Runtime, n_padded: int) -> ItemShard:
+    """This rank's share of ``n_padded`` items, with Horovod's collectives."""
+    hvd = runtime.hvd
+    collectives = Collectives(
+        allgather=hvd.allgather,  # Horovod: concatenation over ranks, in rank order
+        allreduce_sum=lambda t: hvd.allreduce(t, op=hvd.Sum),  # Horovod: partial sums
+        allreduce_max=lambda t: hvd.allreduce(t, op=hvd.Max))  # Horovod: per-shard max
+    return ItemShard(runtime.rank, runtime.size, shard_width(n_padded, runtime.size),
+                     collectives)
+
+
+def whole_weights(model: MultVAE, runtime: Runtime) -> list[np.ndarray]:
+    """The weights of the whole model, in an unsharded ``MultVAE``'s order: every rank's item
+    shards allgathered (a collective: every rank calls it). For export and validation."""
+    if model.shard is None:
+        return model.get_weights()
+    sharded = {id(v) for v in model.sharded_variables()}
+    weights = []
+    for variable in model.weights:
+        value = variable.value
+        if id(variable) not in sharded:
+            weights.append(np.asarray(value))
+            continue
+        columns = variable is model.decoder_out.kernel  # items on axis 1
+        rows = tf.transpose(value) if columns else value
+        whole = runtime.hvd.allgather(rows)[:model.n_padded]  # Horovod: gather the shards
+        weights.append(np.asarray(tf.transpose(whole) if columns else whole))
+    return weights
+
+
+def replicated_variables(model: MultVAE, optimizer: keras.optimizers.Optimizer
+                         ) -> tuple[list[keras.Variable], list[keras.Variable]]:
+    """(model, optimizer) variables every rank holds alike: all but the item shards and
+    their Adam moments."""
+    sharded = {id(v) for v in model.sharded_variables()}
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    slots = {id(slot) for v in model.sharded_variables()
+             for slot in (inner._momentums[inner._get_variable_index(v)],
+                          inner._velocities[inner._get_variable_index(v)])}
+    return ([v for v in model.variables if id(v) not in sharded],
+            [v for v in optimizer.variables if id(v) not in slots])
+
+
 def broadcast_state(model: MultVAE, optimizer: keras.optimizers.Optimizer,
                     runtime: Runtime) -> None:
-    """Make every rank hold rank 0's model and optimizer variables."""
+    """Make every rank hold rank 0's model and optimizer variables (item shards stay)."""
     if runtime.size > 1:
-        runtime.hvd.broadcast_variables(_tf_variables(model.variables),  # Horovod: model
+        model_vars, optimizer_vars = replicated_variables(model, optimizer)
+        runtime.hvd.broadcast_variables(_tf_variables(model_vars),  # Horovod: model
                                         root_rank=0)
-        runtime.hvd.broadcast_variables(_tf_variables(optimizer.variables),  # Horovod: opt
+        runtime.hvd.broadcast_variables(_tf_variables(optimizer_vars),  # Horovod: opt
                                         root_rank=0)
 
 

@@ -19,7 +19,7 @@ import tensorflow as tf
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.metrics import evaluate
-from vaecf.model import MultVAE
+from vaecf.model import MultVAE, choose_item_chunk, padded_items
 from vaecf.train import checkpoint, data
 from vaecf.train import horovod as dist
 from vaecf.train.config import STATE_PARAMETERS, TrainConfig
@@ -67,14 +67,17 @@ class Trainer:
         self.config, self.runtime, self.train, self.val = config, runtime, train, val
         self.split_digest = split_digest
         self.n_items = train.shape[1]
+        local = config.batch_size // runtime.size
+        chunk = choose_item_chunk(local, padded_items(self.n_items), config.item_chunk)
         self.model = MultVAE(self.n_items, hidden=config.hidden, latent=config.latent,
                              dropout=config.dropout, policy=config.keras_policy,
-                             seed=config.seed, xla=config.xla)
+                             seed=config.seed, xla=config.xla, item_chunk=chunk)
+        if chunk is not None:
+            log.info(f"likelihood over chunks of {chunk:,} items ({self.n_items:,} items)")
         self.model.build_variables()
         self.optimizer = dist.make_optimizer(config)
         self.optimizer.build(self.model.trainable_variables)
         self.step_fn = dist.make_train_step(self.model, self.optimizer, config, runtime)
-        local = config.batch_size // runtime.size
         self.maker = data.BatchMaker(train, data.pad_granule(train, local),
                                      device=data.resident_device(), one_size=config.xla)
         self.state = State()
