@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--item-chunk", type=_non_negative, metavar="N", help="compute the training "
         "likelihood over chunks of N items, never holding the [users, items] logits (0: "
         "whole) [default: chunked when one process's step would hold over 1 GiB of logits]")
+    add("--shard-items", action="store_true", help="each process holds its share of the "
+        "items' first-layer rows and decoder columns (catalogues beyond one device); "
+        "checkpoints resume on the same number of processes only")
     add("--expect-world-size", type=_positive, help="fail unless this many processes run")
     add("--expect-hosts", type=_positive, help="fail unless the processes span this many "
         "hosts")
@@ -100,11 +103,14 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         checkpoint_every=args.checkpoint_every, steps_per_epoch=args.steps_per_epoch,
         expect_world_size=args.expect_world_size, expect_hosts=args.expect_hosts,
         compression=args.compression, tensorboard_dir=args.tensorboard_dir,
-        item_chunk=args.item_chunk)
+        item_chunk=args.item_chunk, shard_items=args.shard_items)
 
 
 def _body(args: argparse.Namespace) -> None:
     config = config_from_args(args)
+    if config.shard_items and config.xla:
+        raise VaecfError("--shard-items: the sharded step holds Horovod collectives, which "
+                         "XLA cannot compile (leave out --xla)")
     checkpoint.check_directory(config.checkpoint_dir, config.split)
     check_output(config.output, manifest_name(STAGE), config.inputs)
     try:

@@ -43,6 +43,8 @@ class TrainConfig:
       tensorboard_dir: rank 0 writes TensorBoard event files here (local or s3://), or None.
       item_chunk: items per chunk of the training likelihood (0: the whole [users, items]
         logits at once; None: chosen by size, ``vaecf.model.choose_item_chunk``).
+      shard_items: split the item layers (and their Adam moments) over the ranks
+        (``vaecf.model.shard``); checkpoints are written by shard.
     """
 
     split: str
@@ -70,6 +72,7 @@ class TrainConfig:
     compression: str = "none"
     tensorboard_dir: str | None = None
     item_chunk: int | None = None
+    shard_items: bool = False
 
     @property
     def keras_policy(self) -> str:

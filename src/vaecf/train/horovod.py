@@ -85,6 +85,9 @@ def _check_shape(config: TrainConfig, size: int, hosts: int) -> None:
     if config.expect_hosts is not None and hosts != config.expect_hosts:
         raise VaecfError(f"--expect-hosts {config.expect_hosts}: this job runs on {hosts} "
                          "distinct host(s)")
+    if config.shard_items and size < 2:
+        raise VaecfError(f"--shard-items: this job has {size} process (launch at least 2 with "
+                         "horovodrun -np N, or leave out --shard-items)")
     if config.batch_size % size:
         raise VaecfError(f"--batch-size {config.batch_size}: the global batch must divide "
                          f"evenly over {size} processes")

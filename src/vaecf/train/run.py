@@ -41,7 +41,9 @@ def train(config: TrainConfig) -> None:
             split_dir = stack.enter_context(open_input(config.split))
             split = load_split(split_dir)
             config = fit_batch(config, split.train.shape[0], runtime.size)
-            memory.check_fits(split.train.shape[1], config.hidden, config.latent,
+            # --shard-items: each process holds its share of the item layers
+            held = -(-split.n_items // runtime.size) if config.shard_items else split.n_items
+            memory.check_fits(held, config.hidden, config.latent,
                               config.batch_size // runtime.size)
             log.info(f"training on {split.train.shape[0]:,} users x {split.n_items:,} items, "
                      f"world size {runtime.size}, {config.precision}, "

@@ -8,6 +8,7 @@ and the model's noise a function of (seed, step, user), both recorded in the che
 
 from __future__ import annotations
 
+import resource
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,11 @@ VAL_KEYS = ("recall_at_20", "recall_at_50", "ndcg_at_100")
 # queueing the next step ahead and left a GPU idle between steps at small batches. A
 # non-finite loss is therefore seen up to this many steps late (the error names its step).
 READ_EVERY = 32
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far (Linux reports ``ru_maxrss`` in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def read_back(values: tf.Tensor) -> np.ndarray:
@@ -68,10 +74,19 @@ class Trainer:
         self.split_digest = split_digest
         self.n_items = train.shape[1]
         local = config.batch_size // runtime.size
-        chunk = choose_item_chunk(local, padded_items(self.n_items), config.item_chunk)
+        shard = dist.item_shard(runtime, padded_items(self.n_items)) if config.shard_items \
+            else None
+        chunk = choose_item_chunk(local * runtime.size if shard else local,
+                                  shard.width if shard else padded_items(self.n_items),
+                                  config.item_chunk)
         self.model = MultVAE(self.n_items, hidden=config.hidden, latent=config.latent,
                              dropout=config.dropout, policy=config.keras_policy,
-                             seed=config.seed, xla=config.xla, item_chunk=chunk)
+                             seed=config.seed, xla=config.xla, item_chunk=chunk, shard=shard)
+        # Sharded: rank 0 validates a whole copy, rebuilt from the gathered shards.
+        self.scorer: MultVAE | None = None
+        # Sharded: every rank writes and reads its own shard's checkpoints.
+        self.checkpoint_dir = (config.checkpoint_dir if shard is None
+                               else f"{config.checkpoint_dir.rstrip('/')}/shard-{runtime.rank}")
         if chunk is not None:
             log.info(f"likelihood over chunks of {chunk:,} items ({self.n_items:,} items)")
         self.model.build_variables()
@@ -79,7 +94,8 @@ class Trainer:
         self.optimizer.build(self.model.trainable_variables)
         self.step_fn = dist.make_train_step(self.model, self.optimizer, config, runtime)
         self.maker = data.BatchMaker(train, data.pad_granule(train, local),
-                                     device=data.resident_device(), one_size=config.xla)
+                                     device=data.resident_device(),
+                                     one_size=config.xla or config.shard_items)
         self.state = State()
         self.tracker = EpochTracker(config.tensorboard_dir)  # used on rank 0 only
         self._scores = tf.function(self._score_batch, reduce_retracing=True)
@@ -89,8 +105,9 @@ class Trainer:
     def restore(self) -> None:
         """Resume from the newest valid checkpoint, if any, on every rank."""
         found = None
-        if self.runtime.is_chief:
-            found = checkpoint.load_newest(self.config.checkpoint_dir)
+        if self.runtime.is_chief or self.model.shard is not None:
+            found = checkpoint.load_newest(self.checkpoint_dir)
+            self._check_shards(found)
             if found is not None:
                 self._check_compatible(found)
                 self._apply(found)
@@ -99,6 +116,21 @@ class Trainer:
         self.state.epoch, self.state.step = dist.broadcast_object(
             (self.state.epoch, self.state.step), self.runtime)
         dist.broadcast_state(self.model, self.optimizer, self.runtime)
+
+    def _check_shards(self, found: checkpoint.Checkpoint | None) -> None:
+        """Sharded: every rank found its shard of one checkpoint, written by as many ranks."""
+        if self.model.shard is None:
+            return
+        ours = (found.name, found.meta.get("world_size")) if found else (None, None)
+        names = dist.gather_object(ours, self.runtime)
+        sizes = {size for _, size in names if size is not None}
+        if sizes - {self.runtime.size}:
+            raise VaecfError(f"{self.config.checkpoint_dir}: shards written by {sizes.pop()} "
+                             f"process(es), this job has {self.runtime.size} (--shard-items "
+                             "resumes on the same world size; use another --checkpoint-dir)")
+        if len(set(names)) != 1:
+            raise VaecfError(f"{self.config.checkpoint_dir}: the ranks' newest shards differ "
+                             f"({[name for name, _ in names]}); use another --checkpoint-dir")
 
     def _check_compatible(self, found: checkpoint.Checkpoint) -> None:
         saved = found.meta.get("parameters", {})
@@ -139,12 +171,12 @@ class Trainer:
         arrays.update({f"best/{i}": w for i, w in enumerate(s.best_weights or [])})
         meta = {"step": s.step, "log": s.log, "best_epoch": s.best_epoch,
                 "best_ndcg": s.best_ndcg, "n_items": self.n_items,
-                "split_digest": self.split_digest,
+                "split_digest": self.split_digest, "world_size": self.runtime.size,
                 "parameters": self.config.parameters(), "loss_scale": self.loss_scale(),
                 "rng": {"noise": {"seed": self.config.seed, "counter": s.step},
                         "shard": {"seed": self.config.seed, "next_epoch": s.epoch + 1}}}
-        name = checkpoint.save(self.config.checkpoint_dir, s.epoch, meta, arrays)
-        log.info(f"checkpoint {self.config.checkpoint_dir}/{name} written")
+        name = checkpoint.save(self.checkpoint_dir, s.epoch, meta, arrays)
+        log.info(f"checkpoint {self.checkpoint_dir}/{name} written")
 
     def loss_scale(self) -> float | None:
         scale = getattr(self.optimizer, "dynamic_scale", None)
@@ -169,13 +201,19 @@ class Trainer:
                 record = self._run_epoch(epoch, broadcast_after_first=first)
                 first = False
                 self.state.epoch = epoch
+                validate = epoch % self.config.validate_every == 0 or epoch == self.config.epochs
+                whole = self._gather_whole() if validate else None
                 if self.runtime.is_chief:
-                    if epoch % self.config.validate_every == 0 or epoch == self.config.epochs:
-                        record["val"] = self._validate(epoch)
+                    if validate:
+                        record["val"] = self._validate(epoch, whole)
                     self.state.log.append(record)
                     log.info(_describe(record))
                     self.tracker.epoch_end(record)
-            if self.runtime.is_chief and (stop.is_set() or self._checkpoint_due(epoch, saved)):
+            due = stop.is_set() or self._checkpoint_due(epoch, saved)
+            if self.model.shard is not None:  # every rank writes its shard, or none does
+                due = dist.broadcast_object(due, self.runtime)
+                self.state.log = dist.broadcast_object(self.state.log, self.runtime)
+            if due and (self.runtime.is_chief or self.model.shard is not None):
                 self.save_checkpoint()
                 saved = time.monotonic()
             if stop.is_set():
@@ -225,7 +263,8 @@ class Trainer:
                 "input_seconds": waited, "input_share": waited / seconds,
                 "skipped_steps": int(stats[:, 4].sum()), "loss_scale": self.loss_scale(),
                 "precision": config.precision, "world_size": runtime.size,
-                "batch_size": config.batch_size}
+                "batch_size": config.batch_size, "shard_items": config.shard_items,
+                "peak_rss_bytes": dist.gather_object(peak_rss_bytes(), runtime)}
 
     def _check(self, stats: np.ndarray, epoch: int) -> np.ndarray:
         """``stats`` [steps, 5] of the steps up to ``state.step``, refused if a loss is not
@@ -237,27 +276,43 @@ class Trainer:
                              f"{self.state.step}: results are read every {READ_EVERY} steps)")
         return stats
 
-    def _validate(self, epoch: int) -> dict[str, float]:
-        """Validation metrics of the current weights; remembers the best epoch's weights."""
+    def _gather_whole(self) -> list[np.ndarray] | None:
+        """Sharded: the whole model's weights (on every rank: a collective), else None."""
+        return None if self.model.shard is None else dist.whole_weights(self.model,
+                                                                          self.runtime)
+
+    def _validate(self, epoch: int, whole: list[np.ndarray] | None) -> dict[str, float]:
+        """Validation metrics of the current weights; remembers the best epoch's weights.
+
+        Args:
+          whole: the gathered weights of a sharded model (validated as one whole copy).
+        """
+        if whole is not None:
+            if self.scorer is None:
+                self.scorer = MultVAE(self.n_items, hidden=self.config.hidden,
+                                      latent=self.config.latent)
+                self.scorer.build_variables()
+            self.scorer.set_weights(whole)
         result = evaluate(lambda rows: self._scores(data.csr_batch(rows)), *self.val)
         metrics = {key: result.metrics[key].mean for key in VAL_KEYS}
         if metrics["ndcg_at_100"] > self.state.best_ndcg:
             self.state.best_ndcg = metrics["ndcg_at_100"]
             self.state.best_epoch = epoch
-            self.state.best_weights = [np.array(w) for w in self.model.get_weights()]
+            self.state.best_weights = whole or [np.array(w) for w in self.model.get_weights()]
         return metrics
 
     def _score_batch(self, batch: Any) -> tf.Tensor:
         """float32 [users, n_items]: inference logits (the mean of the latent code)."""
-        return self.model(batch, training=False)[0][:, :self.n_items]
+        return (self.scorer or self.model)(batch, training=False)[0][:, :self.n_items]
 
     def weights_digest(self) -> str:
-        """SHA-256 of this rank's weights: equal on every rank unless replicas diverged."""
+        """SHA-256 of this rank's replicated weights (all but item shards): equal on every
+        rank unless replicas diverged."""
         import hashlib
 
         digest = hashlib.sha256()
-        for weight in self.model.get_weights():
-            digest.update(np.ascontiguousarray(weight).tobytes())
+        for weight in dist.replicated_variables(self.model, self.optimizer)[0]:
+            digest.update(np.ascontiguousarray(weight.numpy()).tobytes())
         return digest.hexdigest()
 
 
