@@ -14,7 +14,8 @@ from vaecf.train.benchmark import BenchmarkConfig, train_command
 RUN_FIELDS = {"precision", "world_size", "batch_size", "repeat", "status", "users_per_second",
               "steps_per_second", "epoch_seconds", "input_share", "time_to_target_seconds",
               "bound_fraction", "bound_users_per_second", "measured_epochs", "measured_steps",
-              "lr_scaling", "learning_rate", "epochs_to_target"}
+              "lr_scaling", "learning_rate", "epochs_to_target", "shard_items", "peak_rss_bytes",
+              "peak_rss_bytes_per_rank"}
 
 
 def _config(**changes: object) -> BenchmarkConfig:
@@ -27,14 +28,15 @@ def _config(**changes: object) -> BenchmarkConfig:
 
 
 @pytest.mark.parametrize("changes", [{}, {"steps": None, "epochs": 2, "target_ndcg": 0.1},
-                                     {"xla": True}])
+                                     {"xla": True}, {"shard_items": True}])
 def test_train_command_uses_flags_train_accepts(tmp_path: Path, changes: dict) -> None:
     command = train_command(_config(**changes), tmp_path / "split", tmp_path / "run",
-                            "mixed_bfloat16", 2, 64)
+                            "mixed_bfloat16", 2, 64, "none", bool(changes.get("shard_items")))
     assert command[:4] == [str(Path(command[4]).parent / "horovodrun"), "-np", "2", "--gloo"]
     args = build_parser("train").parse_args(command[command.index("train") + 1:])
     assert (args.precision, args.batch_size, args.expect_world_size) == ("mixed_bfloat16", 64, 2)
     assert args.xla == bool(changes.get("xla"))
+    assert args.shard_items == bool(changes.get("shard_items"))
     if changes.get("epochs"):  # one warm-up + 2 measured epochs, validated every epoch
         assert (args.epochs, args.validate_every, args.steps_per_epoch) == (3, 1, None)
     else:  # one warm-up epoch + one measured epoch of 3 steps
@@ -68,11 +70,12 @@ def test_benchmark_runs_the_trainer_and_the_report_renders_it(cli, tmp_path: Pat
     code, _, err = cli("benchmark", "--output", out, "--precisions", "fp32",
                        "--world-sizes", "1", "2", "--batch-sizes", "64", "--epochs", "1",
                        "--target-ndcg", "0.0", "--synthetic-users", "400",
-                       "--synthetic-items", "150")
+                       "--synthetic-items", "150", "--item-layouts", "whole", "sharded")
     assert code == 0, err
     bench = json.loads((out / "benchmark.json").read_text())
-    assert [(r["world_size"], r["status"]) for r in bench["runs"]] == [(1, "ok"), (2, "ok")], (
-        [r.get("error") for r in bench["runs"]])
+    assert [(r["world_size"], r["shard_items"], r["status"]) for r in bench["runs"]] == [
+        (1, False, "ok"), (2, False, "ok"), (2, True, "ok")], (
+        [r.get("error") for r in bench["runs"]])  # sharding needs 2 ranks: no (1, True)
     steps = -(-bench["split"]["n_users"]["train"] // 64)  # one pass over the train users
     for run in bench["runs"]:
         assert set(run) >= RUN_FIELDS
@@ -90,7 +93,10 @@ def test_benchmark_runs_the_trainer_and_the_report_renders_it(cli, tmp_path: Pat
         assert run["time_to_target_seconds"] == pytest.approx(log[0]["epoch_seconds"])
         assert run["epochs_to_target"] == 1
         assert (run["lr_scaling"], run["learning_rate"]) == ("none", 1e-3)
-    (single, double) = bench["configs"]
+        assert len(run["peak_rss_bytes_per_rank"]) == run["world_size"]
+        assert run["peak_rss_bytes"] == max(run["peak_rss_bytes_per_rank"]) > 100 * 2**20
+    (single, double, sharded) = bench["configs"]
+    assert (double["shard_items"], sharded["shard_items"]) == (False, True)
     assert single["users_per_second"]["median"] == bench["runs"][0]["users_per_second"]
     assert bench["split"]["synthetic"] and bench["split"]["n_items"] <= 150
     assert bench["compute_bound"]["matmul_flops_per_second"]["fp32"] > 0

@@ -22,8 +22,9 @@ import statistics
 from typing import Any
 
 STATS = ("users_per_second", "steps_per_second", "epoch_seconds", "input_share",
-         "train_seconds", "time_to_target_seconds", "epochs_to_target", "bound_fraction")
-KEY = ("precision", "world_size", "batch_size", "lr_scaling")
+         "train_seconds", "time_to_target_seconds", "epochs_to_target", "bound_fraction",
+         "peak_rss_bytes")
+KEY = ("precision", "world_size", "batch_size", "lr_scaling", "shard_items")
 
 
 def flops_per_user(n_items: int, hidden: int, latent: int, nnz_per_user: float) -> float:
@@ -85,11 +86,12 @@ def _min_median(values: list[float]) -> dict[str, float] | None:
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per (precision, world_size, batch_size): min and median of each statistic
-    over the successful repeats (``None`` where no repeat produced it)."""
+    """One entry per ``KEY`` (precision, world size, batch, lr rule, item layout): min and
+    median of each statistic over the successful repeats (``None`` where none produced it)."""
     configs: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for run in runs:
-        configs.setdefault(tuple(run.get(k, "none") for k in KEY), []).append(run)
+        configs.setdefault(tuple(run.get(k, "none" if k == "lr_scaling" else False)
+                                 for k in KEY), []).append(run)
     out = []
     for key, group in configs.items():
         ok = [r for r in group if r.get("status") == "ok"]

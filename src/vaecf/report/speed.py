@@ -19,11 +19,14 @@ def median(config: dict[str, Any], stat: str) -> float | None:
 def label(config: dict[str, Any]) -> str:
     rule = config.get("lr_scaling", "none")
     return (f"{config['precision']} x{config['world_size']} b{config['batch_size']}"
-            + ("" if rule == "none" else f" lr {rule}"))
+            + ("" if rule == "none" else f" lr {rule}")
+            + (" sharded" if config.get("shard_items") else ""))
 
 
 def precision_speedups(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mixed precision users/s over FP32 users/s at the same world size and batch size."""
+    """Mixed precision users/s over FP32 users/s at the same world size and batch size
+    (data-parallel runs)."""
+    configs = [c for c in configs if not c.get("shard_items")]
     fp32 = {(c["world_size"], c["batch_size"]): median(c, "users_per_second")
             for c in configs if c["precision"] == "fp32"}
     out = []
@@ -37,7 +40,9 @@ def precision_speedups(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def scaling(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Strong scaling at a fixed global batch: speed-up over world size 1 and efficiency."""
+    """Strong scaling at a fixed global batch: speed-up over world size 1 and efficiency, of
+    the data-parallel model (item-sharded runs are compared by item count, not here)."""
+    configs = [c for c in configs if not c.get("shard_items")]
     single = {(c["precision"], c["batch_size"]): median(c, "users_per_second")
               for c in configs if c["world_size"] == 1}
     sizes: dict[tuple[str, int], int] = {}

@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr-scaling", nargs="+", choices=LR_RULES, default=["none"],
                         help="learning-rate rules, each run with each: 1e-3 at 500 users per "
                              "step, scaled to the global batch as none, sqrt or linear")
+    parser.add_argument("--item-layouts", nargs="+", choices=("whole", "sharded"),
+                        default=["whole"], help="item layers whole on every rank, and/or "
+                        "sharded over the ranks (train --shard-items; world sizes >= 2)")
     return parser
 
 
@@ -78,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             steps=None if args.epochs else args.steps, epochs=args.epochs,
             repeats=args.repeats, target_ndcg=args.target_ndcg,
             synthetic_users=args.synthetic_users, synthetic_items=args.synthetic_items,
-            seed=args.seed, xla=args.xla, lr_scalings=tuple(dict.fromkeys(args.lr_scaling)))
+            seed=args.seed, xla=args.xla, lr_scalings=tuple(dict.fromkeys(args.lr_scaling)),
+            shard_items=tuple(dict.fromkeys(layout == "sharded"
+                                            for layout in args.item_layouts)))
         with publish(args.output, manifest_name(STAGE), [args.split]) as staging:
             result = run_benchmark(config, staging)
             if not any(run["status"] == "ok" for run in result["runs"]):

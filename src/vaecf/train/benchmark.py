@@ -52,6 +52,7 @@ class BenchmarkConfig:
     seed: int
     xla: bool = False
     lr_scalings: tuple[str, ...] = ("none",)
+    shard_items: tuple[bool, ...] = (False,)  # runs without and/or with --shard-items
 
 
 def split_shape(directory: Path, synthetic: bool) -> dict[str, Any]:
@@ -68,7 +69,8 @@ def split_shape(directory: Path, synthetic: bool) -> dict[str, Any]:
 
 
 def train_command(config: BenchmarkConfig, split_dir: Path, run_dir: Path, precision: str,
-                  world_size: int, batch_size: int, lr_scaling: str = "none") -> list[str]:
+                  world_size: int, batch_size: int, lr_scaling: str = "none",
+                  shard_items: bool = False) -> list[str]:
     """The ``vaecf train`` command line of one run (under horovodrun when world_size > 1),
     its learning rate scaled to the global batch by ``lr_scaling`` (``train.scaling``)."""
     epochs = WARMUP_EPOCHS + (config.epochs or 1)
@@ -83,6 +85,8 @@ def train_command(config: BenchmarkConfig, split_dir: Path, run_dir: Path, preci
         command += ["--steps-per-epoch", str(config.steps)]
     if config.xla:
         command.append("--xla")
+    if shard_items:
+        command.append("--shard-items")
     if world_size > 1:
         horovodrun = Path(sys.executable).parent / "horovodrun"
         command = [str(horovodrun), "-np", str(world_size), "--gloo", *command]
@@ -101,15 +105,19 @@ def _model_shape(run_dir: Path, n_items: int) -> tuple[int, int, int]:
 
 
 def run_one(config: BenchmarkConfig, split_dir: Path, shape: dict[str, Any], run_dir: Path,
-            key: tuple[str, int, int, str]) -> dict[str, Any]:
-    """Train once and measure; a failed run is recorded (with its last error line), not raised."""
-    precision, world_size, batch_size, lr_scaling = key
+            key: tuple[str, int, int, str, bool]) -> dict[str, Any]:
+    """Train once and measure; a failed run is recorded (with its last error line), not raised.
+
+    ``peak_rss_bytes`` is the largest peak resident memory of any rank (each rank's is in
+    ``peak_rss_bytes_per_rank``), read from the last epoch of the train log."""
+    precision, world_size, batch_size, lr_scaling, shard_items = key
     run: dict[str, Any] = {"precision": precision, "world_size": world_size,
                            "batch_size": batch_size, "lr_scaling": lr_scaling,
+                           "shard_items": shard_items,
                            "learning_rate": scaled_learning_rate(batch_size, lr_scaling),
                            "status": "failed", "error": None}
     command = train_command(config, split_dir, run_dir, precision, world_size, batch_size,
-                            lr_scaling)
+                            lr_scaling, shard_items)
     with open(run_dir / "train.out", "w") as out:
         try:
             done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False,
@@ -125,8 +133,10 @@ def run_one(config: BenchmarkConfig, split_dir: Path, shape: dict[str, Any], run
     except ValueError as err:
         return run | {"error": str(err)}
     hidden, latent, padded = _model_shape(run_dir, shape["n_items"])
+    per_rank = entries[-1].get("peak_rss_bytes") or []
     return run | stats | {"status": "ok", "hidden": hidden, "latent": latent,
-                          "n_items_padded": padded}
+                          "n_items_padded": padded, "peak_rss_bytes_per_rank": per_rank,
+                          "peak_rss_bytes": max(per_rank, default=None)}
 
 
 def _error_line(output: Path) -> str:
@@ -218,16 +228,18 @@ def run_benchmark(config: BenchmarkConfig, output: Path) -> dict[str, Any]:
 
 def run_matrix(config: BenchmarkConfig, split_dir: Path, shape: dict[str, Any], work: Path,
                output: Path, rates: dict[str, float]) -> list[dict[str, Any]]:
-    """Every (precision, world size, batch size, learning-rate rule) ``repeats`` times, in that
-    order; the matmul rates are measured again after each run."""
-    keys = [(p, w, b, lr) for p in config.precisions for w in config.world_sizes
-            for b in config.batch_sizes for lr in config.lr_scalings]
+    """Every (precision, world size, batch size, learning-rate rule, item layout) ``repeats``
+    times, in that order; the matmul rates are measured again after each run."""
+    keys = [(p, w, b, lr, sh) for p in config.precisions for w in config.world_sizes
+            for b in config.batch_sizes for lr in config.lr_scalings
+            for sh in config.shard_items if w > 1 or not sh]  # sharding needs 2 ranks
     runs = []
     bar = log.Progress("benchmark runs", len(keys) * config.repeats, "runs")
     for key in keys:
         for repeat in range(config.repeats):
             rule = "" if key[3] == "none" else f"-lr{key[3]}"
-            name = f"{key[0]}-np{key[1]}-b{key[2]}{rule}-r{repeat}"
+            layout = "-shard" if key[4] else ""
+            name = f"{key[0]}-np{key[1]}-b{key[2]}{rule}{layout}-r{repeat}"
             run_dir = work / name
             run_dir.mkdir()
             run = run_one(config, split_dir, shape, run_dir, key) | {"repeat": repeat,
