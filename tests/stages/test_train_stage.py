@@ -57,7 +57,8 @@ def test_output_matches_the_contract(trained) -> None:
     assert set(record) == {"epoch", "step", "loss", "nll", "kl", "beta", "epoch_seconds",
                            "users_per_second", "input_seconds", "input_share",
                            "skipped_steps", "loss_scale", "precision", "world_size",
-                           "batch_size", "val"}
+                           "batch_size", "shard_items", "peak_rss_bytes", "val"}
+    assert record["shard_items"] is False and len(record["peak_rss_bytes"]) == 1
     assert set(record["val"]) == {"recall_at_20", "recall_at_50", "ndcg_at_100"}
     assert record["loss_scale"] is None and record["precision"] == "fp32"
     train_users, n_items = load_split(split).train.shape
@@ -124,7 +125,8 @@ def test_item_chunk_trains_the_same_model(synthetic_split, tmp_path: Path) -> No
         "parameters"]["item_chunk"] == 64
 
 
-TIMING_FIELDS = {"epoch_seconds", "users_per_second", "input_seconds", "input_share"}
+TIMING_FIELDS = {"epoch_seconds", "users_per_second", "input_seconds", "input_share",
+                 "peak_rss_bytes"}
 
 
 def test_rerun_differs_only_in_the_timing_fields_readme_names(synthetic_split,
