@@ -22,8 +22,9 @@ BIN = Path(sys.executable).parent
 FLAGS = ["--batch-size", "100", "--hidden", "64", "--latent", "16", "--anneal-steps", "200"]
 
 
-def horovodrun(split: Path, output: Path, *flags: str) -> subprocess.Popen[str]:
-    command = [str(BIN / "horovodrun"), "-np", "2", "--gloo", str(BIN / "vaecf"), "train",
+def horovodrun(split: Path, output: Path, *flags: str,
+               ranks: int = 2) -> subprocess.Popen[str]:
+    command = [str(BIN / "horovodrun"), "-np", str(ranks), "--gloo", str(BIN / "vaecf"), "train",
                "--split", str(split), "--output", str(output), *FLAGS, *flags]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -128,6 +129,11 @@ def test_shard_items_trains_resumes_by_shard_and_exports_the_whole_model(
                  "--output", str(tmp_path / "eval")]) == 0
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert 0.0 < metrics["ndcg_at_100"]["mean"] <= 1.0
+    # the shards of 2 ranks are not resumed by 3 (the last flag wins: batch 102 = 3 x 34)
+    code, out = finish(horovodrun(split, tmp_path / "four", "--epochs", "4", *flags,
+                                  "--batch-size", "102", ranks=3))
+    assert code != 0 and "shards written by 2 process(es), this job has 3" in out
+    assert not (tmp_path / "four").exists()
 
 
 def test_shard_items_in_one_process_is_refused(synthetic_split, tmp_path: Path,
@@ -138,3 +144,6 @@ def test_shard_items_in_one_process_is_refused(synthetic_split, tmp_path: Path,
     err = capsys.readouterr().err
     assert code != 0 and "--shard-items: this job has 1 process" in err
     assert not (tmp_path / "model").exists()
+    code = main(["train", "--split", str(split), "--output", str(tmp_path / "model"),
+                 "--shard-items", "--xla", *FLAGS])
+    assert code != 0 and "XLA cannot compile" in capsys.readouterr().err
