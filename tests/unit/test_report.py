@@ -62,6 +62,17 @@ def test_summarize_gives_min_and_median_of_successful_repeats() -> None:
     assert config["time_to_target_seconds"] is None
 
 
+def test_the_benchmark_table_shows_each_configurations_peak_memory() -> None:
+    from vaecf.report import speed_render
+
+    runs = [_run("fp32", 2, 10.0) | {"shard_items": shard, "peak_rss_bytes": rss}
+            for shard, rss in ((False, 5.6e9), (True, 2.66e9))]
+    speed_doc = {"configs": benchstats.summarize(runs)}
+    (table, *_) = speed_render._config_blocks(speed_doc)
+    column = table.columns.index("peak memory GB (largest rank)")
+    assert [row[column] for row in table.rows] == ["5.60 (5.60)", "2.66 (2.66)"]
+
+
 def test_speedups_and_scaling_use_medians() -> None:
     configs = benchstats.summarize([_run("fp32", 1, 100.0), _run("mixed_bfloat16", 1, 150.0),
                                     _run("fp32", 2, 160.0)])

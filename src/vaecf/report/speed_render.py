@@ -25,6 +25,8 @@ def _min_med(config: dict[str, Any], stat: str, digits: int) -> str:
         return "-"
     if stat in ("input_share", "bound_fraction"):
         return f"{fmt_percent(value['median'])} ({fmt_percent(value['min'])})"
+    if stat == "peak_rss_bytes":  # the largest rank's; GB, as README's scale tables
+        return f"{fmt(value['median'] / 1e9, 2)} ({fmt(value['min'] / 1e9, 2)})"
     return f"{fmt(value['median'], digits)} ({fmt(value['min'], digits)})"
 
 
@@ -81,12 +83,12 @@ def _config_blocks(speed: dict[str, Any]) -> list[Block]:
              _min_med(c, "steps_per_second", 2), _min_med(c, "epoch_seconds", 2),
              _min_med(c, "input_share", 1), _min_med(c, "train_seconds", 1),
              _min_med(c, "time_to_target_seconds", 1), _min_med(c, "epochs_to_target", 0),
-             _min_med(c, "bound_fraction", 1)]
+             _min_med(c, "bound_fraction", 1), _min_med(c, "peak_rss_bytes", 2)]
             for c in configs]
     blocks: list[Block] = [Table(
         ["configuration", "runs ok", "users/s", "steps/s", "epoch s", "input share",
          "train s", f"s to NDCG@100 {fmt(target, 3)}" if target else "s to target",
-         "epochs to target", "of bound"],
+         "epochs to target", "of bound", "peak memory GB (largest rank)"],
         rows, "Benchmark configurations")]
     ranked = [(c, v) for c in configs if (v := median(c, "users_per_second"))]
     if ranked:
