@@ -111,3 +111,29 @@ def test_xla_compiles_the_step_once_per_epoch_size_not_per_batch(tmp_path) -> No
     assert len(per_batch) >= 5  # padded per batch, the step would compile this many times
     # the step is traced (and XLA-compiled) once per input shape it sees
     assert trainer.step_fn.experimental_get_tracing_count() == len(sizes) <= 3
+
+
+def test_a_signal_after_the_checkpoint_decision_stops_the_next_epoch_with_its_checkpoint(
+        tmp_path, monkeypatch) -> None:
+    """SIGTERM landing between the epoch's checkpoint decision and its stop check (a slow
+    host) once stopped the run with no checkpoint of the epoch it named."""
+    import os
+    import signal
+
+    from vaecf.train import checkpoint
+
+    trainer = make_trainer(tmp_path, steps=2)
+    trainer.config = dataclasses.replace(trainer.config, epochs=3)
+    decided: list[int] = []
+
+    def due_then_signalled(epoch: int, saved: float) -> bool:
+        decided.append(epoch)
+        if epoch == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # the real signal, at the racy moment
+        return False
+
+    monkeypatch.setattr(trainer, "_checkpoint_due", due_then_signalled)
+    with pytest.raises(VaecfError, match=r"^stopped by SIGTERM after epoch 2 \(step 4\)"):
+        trainer.fit()
+    assert checkpoint.list_checkpoints(str(tmp_path)) == ["epoch-000002"]
+    assert decided == [1]  # epoch 2 was due because of the signal, not the interval

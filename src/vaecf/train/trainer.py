@@ -209,16 +209,22 @@ class Trainer:
                     self.state.log.append(record)
                     log.info(_describe(record))
                     self.tracker.epoch_end(record)
-            due = stop.is_set() or self._checkpoint_due(epoch, saved)
+            # The flag is read once: a signal arriving after this read stops the next epoch,
+            # never this one without its checkpoint. Every rank stops after the same epoch.
+            signalled = [stop.signal_name] if stop.is_set() else []
+            if self.runtime.size > 1:
+                signalled = sorted(set(sum(dist.gather_object(signalled, self.runtime), [])))
+            due = bool(signalled) or self._checkpoint_due(epoch, saved)
             if self.model.shard is not None:  # every rank writes its shard, or none does
                 due = dist.broadcast_object(due, self.runtime)
                 self.state.log = dist.broadcast_object(self.state.log, self.runtime)
             if due and (self.runtime.is_chief or self.model.shard is not None):
                 self.save_checkpoint()
                 saved = time.monotonic()
-            if stop.is_set():
-                raise VaecfError(f"stopped by {stop.signal_name} after epoch {epoch} (step "
-                                 f"{self.state.step}); rerun to resume from its checkpoint")
+            if signalled:
+                raise VaecfError(f"stopped by {' and '.join(signalled)} after epoch {epoch} "
+                                 f"(step {self.state.step}); rerun to resume from its "
+                                 "checkpoint")
 
     def _checkpoint_due(self, epoch: int, saved: float) -> bool:
         """The last epoch, every ``checkpoint_every`` epochs, or the interval has passed."""
