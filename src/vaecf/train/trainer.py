@@ -213,7 +213,8 @@ class Trainer:
             # never this one without its checkpoint. Every rank stops after the same epoch.
             signalled = [stop.signal_name] if stop.is_set() else []
             if self.runtime.size > 1:
-                signalled = sorted(set(sum(dist.gather_object(signalled, self.runtime), [])))
+                signalled = sorted({name for names in dist.gather_object(signalled, self.runtime)
+                                    for name in names})
             due = bool(signalled) or self._checkpoint_due(epoch, saved)
             if self.model.shard is not None:  # every rank writes its shard, or none does
                 due = dist.broadcast_object(due, self.runtime)
