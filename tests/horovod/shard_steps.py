@@ -1,8 +1,9 @@
 """Run under ``horovodrun``: the same steps with and without ``--shard-items`` on each rank.
 
 Both models start from the same weights (the sharded one from slices of the whole one) and
-take the same batches (each rank its own users); rank 0 writes both runs' losses and the
-whole weights (shards gathered) to the .npz named by argv[1].
+take the same batches (each rank its own users); rank 0 writes both runs' losses, both
+models' logits of one batch (every rank scoring it) and the whole weights (shards gathered
+row by row) to the .npz named by argv[1].
 """
 
 from __future__ import annotations
@@ -61,8 +62,13 @@ def main(path: str) -> None:
     sharded.set_weights(shard_slices(whole, sharded))
     results = {"whole_losses": train(whole, config, runtime),
                "shard_losses": train(sharded, config, runtime)}
-    gathered = dist.whole_weights(sharded, runtime)
-    if runtime.is_chief:
+    # inference: every rank scores the same users and gets every item's logits
+    users = batch(np.random.default_rng(99))
+    results["shard_logits"] = sharded(users)[0].numpy()[:, :whole.n_padded]
+    results["whole_logits"] = whole(users)[0].numpy()
+    dist.GATHER_BLOCK_BYTES = 64  # a row of each rank per block: the blocks' order is tested
+    gathered = dist.whole_weights(sharded, sharded.get_weights(), runtime)
+    if gathered is not None:
         for i, (ours, theirs) in enumerate(zip(gathered, whole.get_weights(), strict=True)):
             results[f"shard/{i}"], results[f"whole/{i}"] = ours, theirs
         np.savez(path, **results)

@@ -28,6 +28,9 @@ def test_sharded_steps_equal_the_unsharded_model(tmp_path: Path) -> None:
     result = np.load(out)
     np.testing.assert_allclose(result["shard_losses"], result["whole_losses"], rtol=1e-6)
     assert result["whole_losses"][0] != result["whole_losses"][-1]  # the steps moved
+    assert result["shard_logits"].shape == result["whole_logits"].shape == (4, 40)
+    np.testing.assert_allclose(result["shard_logits"], result["whole_logits"], rtol=1e-5,
+                               atol=1e-5)
     n_weights = sum(key.startswith("whole/") for key in result.files)
     assert n_weights == 8
     for i in range(n_weights):

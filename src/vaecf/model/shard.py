@@ -86,9 +86,7 @@ def first_layer(entries: loss.Entries, kernel: tf.Tensor, users: tf.Tensor,
       kernel: float32 [width, hidden], this rank's rows.
       users: users per rank.
     """
-    inside = (entries.items >= 0) & (entries.items < shard.width)
-    local = tf.clip_by_value(entries.items, 0, shard.width - 1)
-    weight = tf.where(inside, entries.values, 0.0)[:, tf.newaxis]
+    local, weight = _owned(entries, shard)
     everyone = users * shard.size
 
     @tf.custom_gradient
@@ -105,6 +103,35 @@ def first_layer(entries: loss.Entries, kernel: tf.Tensor, users: tf.Tensor,
         return mine, grad
 
     return product(kernel)
+
+
+def _owned(entries: loss.Entries, shard: ItemShard) -> tuple[tf.Tensor, tf.Tensor]:
+    """(row in this rank's kernel [nnz], the value where the item is this rank's else 0
+    [nnz, 1]) of ``entries`` (items relative to this rank's first item)."""
+    inside = (entries.items >= 0) & (entries.items < shard.width)
+    local = tf.clip_by_value(entries.items, 0, shard.width - 1)
+    return local, tf.where(inside, entries.values, 0.0)[:, tf.newaxis]
+
+
+def shared_first_layer(entries: loss.Entries, kernel: tf.Tensor, users: tf.Tensor,
+                       shard: ItemShard) -> tf.Tensor:
+    """float32 [users, hidden]: ``x @ kernel`` of a batch every rank holds alike (inference:
+    validation on every rank); each rank sums the rows it owns, the sums are allreduced.
+
+    Args:
+      entries: the batch's entries, items relative to this rank's first item.
+      kernel: float32 [width, hidden], this rank's rows.
+    """
+    local, weight = _owned(entries, shard)
+    partial = tf.math.unsorted_segment_sum(tf.gather(kernel, local) * weight, entries.rows,
+                                           users)
+    return shard.collectives.allreduce_sum(partial)
+
+
+def all_items(logits: tf.Tensor, shard: ItemShard) -> tf.Tensor:
+    """[users, size * width]: every rank's item columns of ``logits`` [users, width], in
+    item order (a collective: the whole catalogue's scores of a batch every rank holds)."""
+    return tf.transpose(shard.collectives.allgather(tf.transpose(logits)))
 
 
 def nll(hidden: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor, entries: loss.Entries,

@@ -154,6 +154,14 @@ class SparseDense(keras.layers.Layer):
         product = item_shard.first_layer(entries, self.kernel.value, users, shard)
         return tf.tanh(product + self.bias.value)
 
+    def shared(self, batch: SparseBatch, values: tf.Tensor, users: tf.Tensor,
+               shard: item_shard.ItemShard) -> tf.Tensor:
+        """The layer's output [users, hidden] of a batch every rank holds alike, its rows
+        sharded by item."""
+        entries = loss.Entries.of(batch, shard.first)._replace(values=values)
+        product = item_shard.shared_first_layer(entries, self.kernel.value, users, shard)
+        return tf.tanh(product + self.bias.value)
+
     def call(self, batch: SparseBatch, values: tf.Tensor, users: tf.Tensor) -> tf.Tensor:
         """[users, units] from ``batch``'s entries weighted by ``values`` (float32 [nnz]).
 
@@ -268,7 +276,8 @@ class MultVAE(keras.Model):
         (``loss.chunked_nll``; None: from the whole [users, items] logits).
       first_layer: the first layer's form (default: ``first_layer_form(xla)``).
       shard: this rank's share of the items (``--shard-items``): the first layer's rows and
-        the decoder's columns of those items only; trains through ``likelihood`` alone.
+        the decoder's columns of those items only; trains through ``likelihood`` alone, and
+        every rank calls the model on the same batch for the logits of every item.
     """
 
     def __init__(self, n_items: int, hidden: int = 600, latent: int = 200,
@@ -307,9 +316,16 @@ class MultVAE(keras.Model):
 
     def forward(self, batch: SparseBatch, training: bool = False,
                 step: tf.Tensor | int = 0) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """Like ``call`` but the logits stay in the compute dtype (the loss upcasts them)."""
+        """Like ``call`` but the logits stay in the compute dtype (the loss upcasts them).
+
+        With item shards every rank calls it on the same batch (a collective) and gets the
+        logits of every item (float32 [users, size * width]).
+        """
         hidden, mu, logvar = self._decoder_hidden(batch, training, step)
-        return self.decoder_out(hidden), mu, logvar
+        if self.shard is None:
+            return self.decoder_out(hidden), mu, logvar
+        logits = tf.cast(self.decoder_out(hidden), tf.float32)
+        return item_shard.all_items(logits, self.shard), mu, logvar
 
     def likelihood(self, batch: SparseBatch, training: bool = False,
                    step: tf.Tensor | int = 0) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -339,8 +355,11 @@ class MultVAE(keras.Model):
         """(decoder hidden activations [users, hidden], mu, logvar [users, latent])."""
         users = tf.shape(batch.user_idx)[0]  # int32: see SparseDense.call
         values = self._input_values(batch, training, step)
-        return self._dense(self.encoder_hidden(batch, values, users), batch.user_idx, step,
-                           training)
+        if self.shard is None:
+            first = self.encoder_hidden(batch, values, users)
+        else:  # every rank holds this batch: the rows' partial sums are allreduced
+            first = self.encoder_hidden.shared(batch, values, users, self.shard)
+        return self._dense(first, batch.user_idx, step, training)
 
     def _input_values(self, batch: SparseBatch, training: bool,
                       step: tf.Tensor | int) -> tf.Tensor:

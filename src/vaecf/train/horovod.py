@@ -192,23 +192,49 @@ def item_shard(runtime: Runtime, n_padded: int) -> ItemShard:
                      collectives)
 
 
-def whole_weights(model: MultVAE, runtime: Runtime) -> list[np.ndarray]:
-    """The weights of the whole model, in an unsharded ``MultVAE``'s order: every rank's item
-    shards allgathered (a collective: every rank calls it). For export and validation."""
-    if model.shard is None:
-        return model.get_weights()
+# Bytes of one gathered block of an item shard (every rank's part of it) at export.
+GATHER_BLOCK_BYTES = 64 << 20
+
+
+def whole_weights(model: MultVAE, weights: list[np.ndarray] | None,
+                  runtime: Runtime) -> list[np.ndarray] | None:
+    """``weights`` (this rank's, in ``model.weights`` order) as the whole model's, on rank 0;
+    None on the other ranks.
+
+    Item shards are gathered block by block of their rows (a collective: every rank calls
+    it), so only rank 0 ever holds the whole model, once, and the others at most one block
+    of every rank's rows at a time. Unsharded weights are rank 0's own.
+    """
+    if model.shard is None or weights is None:
+        return weights if runtime.is_chief else None
     sharded = {id(v) for v in model.sharded_variables()}
-    weights = []
-    for variable in model.weights:
-        value = variable.value
+    out = []
+    for variable, value in zip(model.weights, weights, strict=True):
         if id(variable) not in sharded:
-            weights.append(np.asarray(value))
+            out.append(value)
             continue
         columns = variable is model.decoder_out.kernel  # items on axis 1
-        rows = tf.transpose(value) if columns else value
-        whole = runtime.hvd.allgather(rows)[:model.n_padded]  # Horovod: gather the shards
-        weights.append(np.asarray(tf.transpose(whole) if columns else whole))
-    return weights
+        rows = value.T if columns else value
+        whole = _gather_rows(rows, runtime)
+        if whole is not None:
+            whole = whole[:model.n_padded]
+            out.append(whole.T if columns else whole)
+    return out if runtime.is_chief else None
+
+
+def _gather_rows(rows: np.ndarray, runtime: Runtime) -> np.ndarray | None:
+    """Every rank's ``rows`` (equal shapes), concatenated in rank order, on rank 0."""
+    width, size = rows.shape[0], runtime.size
+    block = max(1, GATHER_BLOCK_BYTES // max(1, rows[:1].nbytes * size))
+    whole = np.empty((width * size, *rows.shape[1:]), rows.dtype) if runtime.is_chief else None
+    for start in range(0, width, block):
+        part = np.ascontiguousarray(rows[start:start + block])
+        gathered = runtime.hvd.allgather(tf.constant(part))  # Horovod: rank-major blocks
+        if whole is not None:
+            gathered = np.asarray(gathered).reshape(size, len(part), *rows.shape[1:])
+            for rank in range(size):
+                whole[rank * width + start:rank * width + start + len(part)] = gathered[rank]
+    return whole
 
 
 def replicated_variables(model: MultVAE, optimizer: keras.optimizers.Optimizer

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import keras
+import numpy as np
 
 from vaecf import log
 from vaecf.data.splits import Split, load_split
@@ -54,12 +55,13 @@ def train(config: TrainConfig) -> None:
             trainer.restore()
             trainer.fit()
             digests = dist.gather_object(trainer.weights_digest(), runtime)
+            best = dist.whole_weights(trainer.model, trainer.state.best_weights, runtime)
             if staging is not None:
                 if len(set(digests)) != 1:
                     raise VaecfError(f"the {runtime.size} ranks ended with different weights "
                                      f"(digests {digests}): replicas diverged")
                 shutil.copyfile(split_dir / "item_index.parquet", staging / "item_index.parquet")
-                _write_output(staging, trainer, split, digests, config, started)
+                _write_output(staging, trainer, best, split, digests, config, started)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
 
@@ -82,12 +84,13 @@ def fit_batch(config: TrainConfig, train_users: int, world_size: int) -> TrainCo
     return replace(config, batch_size=fitted)
 
 
-def _write_output(staging: Path, trainer: Trainer, split: Split, digests: list[str],
-                  config: TrainConfig, started: float) -> None:
+def _write_output(staging: Path, trainer: Trainer, best_weights: list[np.ndarray] | None,
+                  split: Split, digests: list[str], config: TrainConfig,
+                  started: float) -> None:
     state = trainer.state
-    if state.best_weights is None:
+    if best_weights is None:
         raise VaecfError("no epoch was validated: nothing to export")
-    export(state.best_weights, n_items=trainer.n_items, hidden=config.hidden,
+    export(best_weights, n_items=trainer.n_items, hidden=config.hidden,
            latent=config.latent, path=staging / "saved_model", item_ids=split.item_ids,
            train=split.train)
     with open(staging / "train_log.jsonl", "w") as handle:

@@ -1,6 +1,8 @@
 """The training loop: epochs of data-parallel steps, validation, checkpoints, the best weights.
 
 Rank 0 alone validates, checkpoints and keeps the best weights; the other ranks only step.
+With item shards (``--shard-items``) every rank validates (a collective), checkpoints and
+keeps the best weights of its own shard.
 State that must survive a restart is exactly what ``checkpoint`` stores, so a resumed run
 continues the same trajectory: the permutation of each epoch is a function of (seed, epoch)
 and the model's noise a function of (seed, step, user), both recorded in the checkpoint.
@@ -82,8 +84,6 @@ class Trainer:
         self.model = MultVAE(self.n_items, hidden=config.hidden, latent=config.latent,
                              dropout=config.dropout, policy=config.keras_policy,
                              seed=config.seed, xla=config.xla, item_chunk=chunk, shard=shard)
-        # Sharded: rank 0 validates a whole copy, rebuilt from the gathered shards.
-        self.scorer: MultVAE | None = None
         # Sharded: every rank writes and reads its own shard's checkpoints.
         self.checkpoint_dir = (config.checkpoint_dir if shard is None
                                else f"{config.checkpoint_dir.rstrip('/')}/shard-{runtime.rank}")
@@ -202,10 +202,9 @@ class Trainer:
                 first = False
                 self.state.epoch = epoch
                 validate = epoch % self.config.validate_every == 0 or epoch == self.config.epochs
-                whole = self._gather_whole() if validate else None
+                if validate and (self.runtime.is_chief or self.model.shard is not None):
+                    record["val"] = self._validate(epoch)
                 if self.runtime.is_chief:
-                    if validate:
-                        record["val"] = self._validate(epoch, whole)
                     self.state.log.append(record)
                     log.info(_describe(record))
                     self.tracker.epoch_end(record)
@@ -283,34 +282,25 @@ class Trainer:
                              f"{self.state.step}: results are read every {READ_EVERY} steps)")
         return stats
 
-    def _gather_whole(self) -> list[np.ndarray] | None:
-        """Sharded: the whole model's weights (on every rank: a collective), else None."""
-        return None if self.model.shard is None else dist.whole_weights(self.model,
-                                                                          self.runtime)
-
-    def _validate(self, epoch: int, whole: list[np.ndarray] | None) -> dict[str, float]:
+    def _validate(self, epoch: int) -> dict[str, float]:
         """Validation metrics of the current weights; remembers the best epoch's weights.
 
-        Args:
-          whole: the gathered weights of a sharded model (validated as one whole copy).
+        Item shards: every rank scores the same users (each rank's items, gathered), so no
+        rank ever holds the whole model; each keeps its own shard of the best weights.
         """
-        if whole is not None:
-            if self.scorer is None:
-                self.scorer = MultVAE(self.n_items, hidden=self.config.hidden,
-                                      latent=self.config.latent)
-                self.scorer.build_variables()
-            self.scorer.set_weights(whole)
         result = evaluate(lambda rows: self._scores(data.csr_batch(rows)), *self.val)
         metrics = {key: result.metrics[key].mean for key in VAL_KEYS}
+        if self.model.shard is not None:  # rank 0's figures decide the best epoch everywhere
+            metrics = dist.broadcast_object(metrics, self.runtime)
         if metrics["ndcg_at_100"] > self.state.best_ndcg:
             self.state.best_ndcg = metrics["ndcg_at_100"]
             self.state.best_epoch = epoch
-            self.state.best_weights = whole or [np.array(w) for w in self.model.get_weights()]
+            self.state.best_weights = [np.array(w) for w in self.model.get_weights()]
         return metrics
 
     def _score_batch(self, batch: Any) -> tf.Tensor:
         """float32 [users, n_items]: inference logits (the mean of the latent code)."""
-        return (self.scorer or self.model)(batch, training=False)[0][:, :self.n_items]
+        return self.model(batch, training=False)[0][:, :self.n_items]
 
     def weights_digest(self) -> str:
         """SHA-256 of this rank's replicated weights (all but item shards): equal on every
