@@ -70,7 +70,8 @@ def test_benchmark_runs_the_trainer_and_the_report_renders_it(cli, tmp_path: Pat
     code, _, err = cli("benchmark", "--output", out, "--precisions", "fp32",
                        "--world-sizes", "1", "2", "--batch-sizes", "64", "--epochs", "1",
                        "--target-ndcg", "0.0", "--synthetic-users", "400",
-                       "--synthetic-items", "150", "--item-layouts", "whole", "sharded")
+                       "--synthetic-items", "150", "--item-layouts", "whole", "sharded",
+                       "--hidden", "48", "--latent", "12")
     assert code == 0, err
     bench = json.loads((out / "benchmark.json").read_text())
     assert [(r["world_size"], r["shard_items"], r["status"]) for r in bench["runs"]] == [
@@ -94,6 +95,7 @@ def test_benchmark_runs_the_trainer_and_the_report_renders_it(cli, tmp_path: Pat
         assert run["epochs_to_target"] == 1
         assert (run["lr_scaling"], run["learning_rate"]) == ("none", 1e-3)
         assert len(run["peak_rss_bytes_per_rank"]) == run["world_size"]
+        assert (run["hidden"], run["latent"]) == (48, 12)  # the width trained, as recorded
         assert run["peak_rss_bytes"] == max(run["peak_rss_bytes_per_rank"]) > 100 * 2**20
     (single, double, sharded) = bench["configs"]
     assert (double["shard_items"], sharded["shard_items"]) == (False, True)

@@ -20,9 +20,13 @@ from vaecf.log import Progress
 
 RATINGS_COLUMNS = ("userId", "movieId", "rating", "timestamp")
 _CHUNK_USERS = 1024
-# Affinity cells drawn at once (users x items): 1,024 users up to 32,768 items, fewer above
-# (a 1,024-user chunk of 1M items would hold 12 GB of affinity and Gumbel noise).
+# Affinity cells drawn at once (users x items, or users x candidates above ``_DENSE_ITEMS``).
 _CHUNK_CELLS = 1 << 25
+# Up to this many items every user's affinity to every item is drawn. Above, each user ranks
+# ``_CANDIDATES`` x their item count candidates only: the cost grows with the ratings, not
+# users x items, and the catalogue's tail is covered (see ``_candidates``).
+_DENSE_ITEMS = 32_768
+_CANDIDATES = 4
 # How strongly taste beats popularity: at 3, EASE roughly doubles popularity's NDCG@100.
 _TASTE_SCALE = 3.0
 
@@ -54,21 +58,31 @@ def generate_ratings(n_users: int, n_items: int, seed: int, mean_items: float = 
 
     users, items, liked = [], [], []
     bar = Progress("synthetic ratings", n_users, "users")
-    chunk = max(1, min(_CHUNK_USERS, _CHUNK_CELLS // n_items))
-    for start in range(0, n_users, chunk):
-        stop = min(start + chunk, n_users)
-        affinity = tastes[start:stop] @ profiles.T * (_TASTE_SCALE / np.sqrt(rank)) + popularity
+    scale = _TASTE_SCALE / np.sqrt(rank)
+    start = 0
+    while start < n_users:
+        if n_items <= _DENSE_ITEMS:
+            stop = min(start + max(1, min(_CHUNK_USERS, _CHUNK_CELLS // n_items)), n_users)
+            pool = np.broadcast_to(np.arange(n_items), (stop - start, n_items))
+            affinity = tastes[start:stop] @ profiles.T * scale + popularity
+        else:
+            stop, pool = _candidates(rng, sizes, start, n_items, rank)
+            affinity = np.einsum("uk,uck->uc", tastes[start:stop], profiles[pool]) * scale
+            affinity[:, 1:][pool[:, 1:] == pool[:, :-1]] = -np.inf  # a candidate drawn twice
         affinity += rng.gumbel(size=affinity.shape).astype(np.float32)
         top = int(sizes[start:stop].max())
-        candidates = np.argpartition(-affinity, top - 1, axis=1)[:, :top]
-        ranks = np.argsort(-np.take_along_axis(affinity, candidates, 1), axis=1, kind="stable")
-        order = np.take_along_axis(candidates, ranks, 1)
+        picked = np.argpartition(-affinity, top - 1, axis=1)[:, :top]
+        best = np.take_along_axis(affinity, picked, 1)
+        ranks = np.argsort(-best, axis=1, kind="stable")
+        order = np.take_along_axis(pool, np.take_along_axis(picked, ranks, 1), 1)
+        drawn = np.isfinite(np.take_along_axis(best, ranks, 1))  # never a repeated candidate
         for row, size in enumerate(sizes[start:stop]):
-            chosen = order[row, :size]
-            users.append(np.full(size, start + row + 1, dtype=np.int64))
+            chosen = order[row, :size][drawn[row, :size]]
+            users.append(np.full(chosen.size, start + row + 1, dtype=np.int64))
             items.append(chosen)
-            liked.append(np.arange(size) < max(1, round(liked_fraction * size)))
+            liked.append(np.arange(chosen.size) < max(1, round(liked_fraction * chosen.size)))
         bar.update(stop - start)
+        start = stop
     bar.close()
     liked_mask = np.concatenate(liked)
     stars = np.where(liked_mask, rng.integers(8, 11, liked_mask.size),
@@ -80,6 +94,30 @@ def generate_ratings(n_users: int, n_items: int, seed: int, mean_items: float = 
         "timestamp": rng.integers(789_652_009, 1_427_784_002, liked_mask.size),
     })
     return frame.sort_values(["userId", "movieId"], kind="stable", ignore_index=True)
+
+
+def _candidates(rng: np.random.Generator, sizes: np.ndarray, start: int, n_items: int,
+                rank: int) -> tuple[int, np.ndarray]:
+    """(end of the chunk of users from ``start``, sorted candidate items [users, C]).
+
+    Half of a user's candidates are drawn by popularity (log-uniform over the popularity
+    ranks: P(rank r) ~ 1/r, Zipf's law as above), half uniformly over the catalogue (its long
+    tail, which per-user ranking by popularity would never reach), ``_CANDIDATES`` times the
+    largest item count of the chunk in all; the user then keeps the candidates that best
+    match their taste. Popularity acts through the draw, so the affinity is taste alone.
+    """
+    width = _CANDIDATES * int(sizes[start])
+    stop = start + 1
+    while stop < sizes.size and stop - start < _CHUNK_USERS:
+        wider = max(width, _CANDIDATES * int(sizes[stop]))
+        if (stop + 1 - start) * wider * rank > _CHUNK_CELLS:
+            break
+        width, stop = wider, stop + 1
+    users = stop - start
+    popular = np.exp(rng.uniform(0.0, np.log(n_items + 1.0), (users, width - width // 2)))
+    uniform = rng.integers(0, n_items, (users, width // 2))
+    pool = np.concatenate([np.minimum(popular.astype(np.int64) - 1, n_items - 1), uniform], 1)
+    return stop, np.sort(pool, axis=1)
 
 
 def write_ratings_csv(frame: pd.DataFrame, path: Path) -> None:

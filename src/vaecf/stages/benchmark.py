@@ -16,6 +16,7 @@ from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, publish, write_manifest
 from vaecf.stages import new_parser, run_stage, seed
+from vaecf.train.benchmark import DEFAULT_HIDDEN, DEFAULT_LATENT
 from vaecf.train.scaling import LR_RULES
 
 STAGE = "benchmark"
@@ -64,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr-scaling", nargs="+", choices=LR_RULES, default=["none"],
                         help="learning-rate rules, each run with each: 1e-3 at 500 users per "
                              "step, scaled to the global batch as none, sqrt or linear")
+    parser.add_argument("--hidden", type=_positive, default=DEFAULT_HIDDEN,
+                        help="every run's hidden layer width (train --hidden)")
+    parser.add_argument("--latent", type=_positive, default=DEFAULT_LATENT,
+                        help="every run's latent dimension (train --latent)")
     parser.add_argument("--item-layouts", nargs="+", choices=("whole", "sharded"),
                         default=["whole"], help="item layers whole on every rank, and/or "
                         "sharded over the ranks (train --shard-items; world sizes >= 2)")
@@ -83,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             synthetic_users=args.synthetic_users, synthetic_items=args.synthetic_items,
             seed=args.seed, xla=args.xla, lr_scalings=tuple(dict.fromkeys(args.lr_scaling)),
             shard_items=tuple(dict.fromkeys(layout == "sharded"
-                                            for layout in args.item_layouts)))
+                                            for layout in args.item_layouts)),
+            hidden=args.hidden, latent=args.latent)
         with publish(args.output, manifest_name(STAGE), [args.split]) as staging:
             result = run_benchmark(config, staging)
             if not any(run["status"] == "ok" for run in result["runs"]):

@@ -26,13 +26,14 @@ from vaecf.data.split import write_synthetic_split
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, read_manifest
 from vaecf.report import benchstats, fingerprint
+from vaecf.train.config import TrainConfig
 from vaecf.train.scaling import scaled_learning_rate
 
 WARMUP_EPOCHS = 1
 # "ValueError: ..." on a line of its own, possibly prefixed by horovodrun's "[1]<stderr>:".
 _EXCEPTION = re.compile(r"^(?:\[\d+\]<std\w+>:)?\s*((?:[\w.]+\.)?\w*(?:Error|Exception)\b.*)$")
 RUN_TIMEOUT_SECONDS = 4 * 3600
-DEFAULT_HIDDEN, DEFAULT_LATENT = 600, 200
+DEFAULT_HIDDEN, DEFAULT_LATENT = TrainConfig.hidden, TrainConfig.latent  # vaecf train's
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class BenchmarkConfig:
     xla: bool = False
     lr_scalings: tuple[str, ...] = ("none",)
     shard_items: tuple[bool, ...] = (False,)  # runs without and/or with --shard-items
+    hidden: int = DEFAULT_HIDDEN  # the model's width (train --hidden, --latent)
+    latent: int = DEFAULT_LATENT
 
 
 def split_shape(directory: Path, synthetic: bool) -> dict[str, Any]:
@@ -80,7 +83,8 @@ def train_command(config: BenchmarkConfig, split_dir: Path, run_dir: Path, preci
                precision, "--seed", str(config.seed), "--expect-world-size", str(world_size),
                "--checkpoint-every", str(epochs), "--learning-rate",
                str(scaled_learning_rate(batch_size, lr_scaling)),
-               "--validate-every", "1" if config.target_ndcg is not None else str(epochs)]
+               "--validate-every", "1" if config.target_ndcg is not None else str(epochs),
+               "--hidden", str(config.hidden), "--latent", str(config.latent)]
     if config.steps:
         command += ["--steps-per-epoch", str(config.steps)]
     if config.xla:
