@@ -21,6 +21,8 @@ _MULTIPLIER = 0x45D9F3B  # < 2**27, so (x < 2**32) * multiplier < 2**59 fits in 
 
 STREAM_DROPOUT = 1
 STREAM_EPSILON = 2
+STREAM_INIT = 3
+_INIT_BLOCK = 1 << 22  # elements hashed at once by ``item_uniform``
 
 
 def _mix(x: tf.Tensor) -> tf.Tensor:
@@ -66,3 +68,28 @@ def normal(seed: tf.Tensor | int, step: tf.Tensor, user_idx: tf.Tensor, dims: in
     both = uniform(seed, STREAM_EPSILON, step, users, column)
     u1, u2 = both[:, 0::2], both[:, 1::2]
     return tf.sqrt(-2.0 * tf.math.log(u1)) * tf.cos(2.0 * math.pi * u2)
+
+
+def item_uniform(seed: int, key: int, first: int, shape: tuple[int, ...],
+                 item_axis: int) -> tf.Tensor:
+    """Uniform float32 of ``shape`` (1-D, or 2-D with items on ``item_axis``), one per
+    (seed, key, global item index, unit): a shard of a layer's items (``first`` its first
+    item) gets exactly the whole layer's slice. Hashed in blocks of items, so the int64
+    work never holds more than ``_INIT_BLOCK`` elements.
+    """
+    items = shape[item_axis]
+    units = 1 if len(shape) == 1 else shape[1 - item_axis]
+    per_block = max(1, _INIT_BLOCK // units)
+    unit = tf.range(units, dtype=tf.int64)
+    parts = []
+    for start in range(0, items, per_block):
+        item = tf.range(first + start, first + min(items, start + per_block), dtype=tf.int64)
+        if len(shape) == 1:
+            parts.append(uniform(seed, STREAM_INIT, key, item))
+        elif item_axis == 0:
+            parts.append(uniform(seed, STREAM_INIT, key, item[:, tf.newaxis], unit))
+        else:
+            parts.append(uniform(seed, STREAM_INIT, key, item, unit[:, tf.newaxis]))
+    if not parts:
+        return tf.zeros(shape, tf.float32)
+    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=item_axis)

@@ -10,7 +10,8 @@ item dimension is padded to a multiple of 8 (tensor-core and vector friendly); p
 get the most negative logit so they take no probability mass and receive no gradient.
 
 Initialisation follows the paper's code: Xavier (Glorot uniform) weights and truncated
-normal biases with standard deviation 0.001 (Keras' zero biases cost accuracy).
+normal biases with standard deviation 0.001 (Keras' zero biases cost accuracy). The item-sized
+weights are drawn per item (``ItemDraw``), so an item shard starts as the whole model's slice.
 Under a mixed policy the dense layers compute in float16/bfloat16 with float32 variables;
 the sparse first layer, the latent statistics and the logits stay float32.
 """
@@ -80,24 +81,52 @@ def add_bias(x: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
     return tf.nn.bias_add(x, bias) if x.dtype == tf.float32 else x + bias
 
 
-def _initializers(seed: int, layer: int, shard_of: tuple[int, int, int] | None = None
-                  ) -> dict[str, keras.initializers.Initializer]:
-    """Paper initialisation, seeded per layer so every Horovod rank starts identical.
-
-    ``shard_of`` (fan_in, fan_out, rank): an item shard of a larger layer; Glorot's limit
-    comes from the whole layer's fans and the draws are seeded by rank too.
-    """
+def _initializers(seed: int, layer: int) -> dict[str, keras.initializers.Initializer]:
+    """Paper initialisation, seeded per layer so every Horovod rank starts identical."""
     base = seed * 8 + 2 * layer
-    if shard_of is None:
-        return {"kernel_initializer": keras.initializers.GlorotUniform(seed=base),
-                "bias_initializer": keras.initializers.TruncatedNormal(stddev=0.001,
-                                                                       seed=base + 1)}
-    fan_in, fan_out, rank = shard_of
-    limit = math.sqrt(6.0 / (fan_in + fan_out))
-    shard_seed = base + 1_000_003 * (rank + 1)
-    return {"kernel_initializer": keras.initializers.RandomUniform(-limit, limit, shard_seed),
+    return {"kernel_initializer": keras.initializers.GlorotUniform(seed=base),
             "bias_initializer": keras.initializers.TruncatedNormal(stddev=0.001,
-                                                                   seed=shard_seed + 1)}
+                                                                   seed=base + 1)}
+
+
+class ItemRange(NamedTuple):
+    """The items an item-sized layer holds: ``held`` from global index ``first``, of
+    ``total`` padded items (the whole layer's: Glorot's fans)."""
+
+    first: int
+    held: int
+    total: int
+
+
+class ItemDraw(keras.initializers.Initializer):
+    """The paper's initialisation of an item-sized weight, each value a function of (seed,
+    weight, global item, unit) (``noise.item_uniform``): an item shard starts from exactly
+    the whole layer's slice, so ``--shard-items`` trains the model one process trains.
+
+    Args:
+      limit: Glorot's uniform bound; None: truncated normal, standard deviation 0.001 cut
+        at two (as ``keras.initializers.TruncatedNormal``), by the inverse CDF.
+    """
+
+    def __init__(self, seed: int, key: int, first: int, item_axis: int,
+                 limit: float | None) -> None:
+        self.seed, self.key, self.first = seed, key, first
+        self.item_axis, self.limit = item_axis, limit
+
+    def __call__(self, shape: tuple[int, ...], dtype: object = None) -> tf.Tensor:
+        u = 2.0 * noise.item_uniform(self.seed, self.key, self.first, tuple(shape),
+                                     self.item_axis) - 1.0
+        if self.limit is not None:
+            return self.limit * u
+        return 0.001 * math.sqrt(2.0) * tf.math.erfinv(u * math.erf(math.sqrt(2.0)))
+
+    def get_config(self) -> dict[str, object]:
+        return {"seed": self.seed, "key": self.key, "first": self.first,
+                "item_axis": self.item_axis, "limit": self.limit}
+
+
+def _glorot_limit(fan_in: int, fan_out: int) -> float:
+    return math.sqrt(6.0 / (fan_in + fan_out))
 
 
 FIRST_LAYER_FORMS = ("halves", "dense", "segment")
@@ -136,17 +165,17 @@ class SparseDense(keras.layers.Layer):
       form: one of ``FIRST_LAYER_FORMS`` (``first_layer_form`` picks it for the host).
     """
 
-    def __init__(self, n_inputs: int, units: int, seed: int, form: str = "halves",
-                 shard_of: tuple[int, int, int] | None = None, **kwargs: object) -> None:
+    def __init__(self, items: ItemRange, units: int, seed: int, form: str = "halves",
+                 **kwargs: object) -> None:
         super().__init__(dtype="float32", **kwargs)
         if form not in FIRST_LAYER_FORMS:
             raise ValueError(f"first layer form {form!r}: expected one of {FIRST_LAYER_FORMS}")
         self.form = form
-        init = _initializers(seed, 0, shard_of)
-        self.kernel = self.add_weight(shape=(n_inputs, units), name="kernel",
-                                      initializer=init["kernel_initializer"])
+        limit = _glorot_limit(items.total, units)
+        self.kernel = self.add_weight(shape=(items.held, units), name="kernel",
+                                      initializer=ItemDraw(seed, 0, items.first, 0, limit))
         self.bias = self.add_weight(shape=(units,), name="bias",
-                                    initializer=init["bias_initializer"])
+                                    initializer=_initializers(seed, 0)["bias_initializer"])
 
     def sharded(self, entries: loss.Entries, users: tf.Tensor,
                 shard: item_shard.ItemShard) -> tf.Tensor:
@@ -219,15 +248,15 @@ class ItemLogits(keras.layers.Layer):
     probability mass and get no gradient.
     """
 
-    def __init__(self, hidden: int, n_items: int, n_padded: int, seed: int, first: int = 0,
-                 shard_of: tuple[int, int, int] | None = None, **kwargs: object) -> None:
+    def __init__(self, hidden: int, n_items: int, items: ItemRange, seed: int,
+                 **kwargs: object) -> None:
         super().__init__(**kwargs)
-        init = _initializers(seed, 3, shard_of)
-        self.kernel = self.add_weight(shape=(hidden, n_padded), name="kernel",
-                                      initializer=init["kernel_initializer"])
-        self.bias = self.add_weight(shape=(n_padded,), name="bias",
-                                    initializer=init["bias_initializer"])
-        self._is_pad = tf.range(first, first + n_padded) >= n_items
+        limit = _glorot_limit(hidden, items.total)
+        self.kernel = self.add_weight(shape=(hidden, items.held), name="kernel",
+                                      initializer=ItemDraw(seed, 6, items.first, 1, limit))
+        self.bias = self.add_weight(shape=(items.held,), name="bias",
+                                    initializer=ItemDraw(seed, 7, items.first, 0, None))
+        self._is_pad = tf.range(items.first, items.first + items.held) >= n_items
 
     def call(self, hidden: tf.Tensor) -> tf.Tensor:
         dtype = tf.as_dtype(self.compute_dtype)
@@ -290,23 +319,19 @@ class MultVAE(keras.Model):
         self.item_chunk = item_chunk
         self.shard = shard
         self.n_padded = padded_items(n_items)
-        rows, first = self.n_padded, 0
-        encoder_of = decoder_of = None
-        if shard is not None:
-            rows, first = shard.width, shard.first
-            encoder_of = (self.n_padded, hidden, shard.rank)
-            decoder_of = (hidden, self.n_padded, shard.rank)
+        items = (ItemRange(0, self.n_padded, self.n_padded) if shard is None
+                 else ItemRange(shard.first, shard.width, self.n_padded))
         self.latent = latent
         self.dropout = dropout
         self.seed = seed
-        self.encoder_hidden = SparseDense(rows, hidden, seed,
+        self.encoder_hidden = SparseDense(items, hidden, seed,
                                           first_layer or first_layer_form(xla),
-                                          shard_of=encoder_of, name="encoder_hidden")
+                                          name="encoder_hidden")
         self.encoder_out = Affine(hidden, 2 * latent, seed, 1, name="encoder_out", dtype=policy)
         self.decoder_hidden = Affine(latent, hidden, seed, 2, activation="tanh", dtype=policy,
                                      name="decoder_hidden")
-        self.decoder_out = ItemLogits(hidden, n_items, rows, seed, first, decoder_of,
-                                      name="decoder_out", dtype=policy)
+        self.decoder_out = ItemLogits(hidden, n_items, items, seed, name="decoder_out",
+                                      dtype=policy)
 
     def call(self, batch: SparseBatch, training: bool = False,
              step: tf.Tensor | int = 0) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
