@@ -37,3 +37,19 @@ def test_csv_round_trip(tmp_path: Path) -> None:
     assert path.read_text().splitlines()[0] == "userId,movieId,rating,timestamp"
     back = pd.read_csv(path)
     pd.testing.assert_frame_equal(back, frame, check_dtype=False)
+
+
+def test_a_large_catalogue_ranks_candidates_and_reaches_its_tail() -> None:
+    """Above 32,768 items each user ranks candidates (half by popularity, half uniform):
+    still no repeated (user, item), ML-20M's items per user, popularity skew, and a tail
+    that ranking every item by popularity never reached (about 2,500 of 200,000 items from
+    1,000 users before)."""
+    frame = generate_ratings(1000, 200_000, seed=3)
+    assert frame.equals(generate_ratings(1000, 200_000, seed=3))
+    assert not frame.duplicated(["userId", "movieId"]).any()
+    sizes = frame.groupby("userId").size()
+    assert sizes.min() >= 5 and 100 < sizes.mean() < 200  # log-normal around 146
+    counts = frame.groupby("movieId").size().sort_values(ascending=False).to_numpy()
+    assert counts.size > 60_000  # the tail is reached
+    # 0.5% of the catalogue holds 12% of the ratings (drawn uniformly: about 3%)
+    assert counts[:1000].sum() / counts.sum() > 0.08
