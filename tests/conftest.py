@@ -70,6 +70,21 @@ def synthetic_split(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
     return make
 
 
+@pytest.fixture(scope="session")
+def small_model(synthetic_split,  # type: ignore[no-untyped-def]
+                tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model trained once per session on ``synthetic_split()`` (2 epochs, hidden 32,
+    latent 8): for the stages that read a model (recommend, serve); tests treat it as
+    read-only."""
+    from vaecf.cli import main
+
+    output = tmp_path_factory.mktemp("small-model") / "model"
+    assert main(["train", "--split", str(synthetic_split()), "--output", str(output),
+                 "--epochs", "2", "--batch-size", "100", "--hidden", "32", "--latent",
+                 "8"]) == 0
+    return output
+
+
 @pytest.fixture()
 def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
     """Run ``vaecf <argv>`` in process; returns (exit code, stdout, stderr)."""

@@ -11,18 +11,13 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from vaecf.cli import main
 from vaecf.io import sha256_file
 from vaecf.stages.recommend import read_pairs
 
 
 @pytest.fixture(scope="module")
-def model(synthetic_split, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    split = synthetic_split(n_users=600, n_items=300, seed=0)
-    output = tmp_path_factory.mktemp("recommend") / "model"
-    assert main(["train", "--split", str(split), "--output", str(output), "--epochs", "2",
-                 "--batch-size", "100", "--hidden", "32", "--latent", "8"]) == 0
-    return output
+def model(small_model: Path) -> Path:
+    return small_model
 
 
 def item_ids(model: Path) -> np.ndarray:

@@ -19,7 +19,6 @@ import pytest
 from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
 from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc as pb_grpc
 
-from vaecf.cli import main
 from vaecf.serve.loadtest import ServerProcess, request, v1_body
 from vaecf.serve.model import ServedModel
 
@@ -29,12 +28,8 @@ V2 = "/v2/models/vaecf/infer"
 
 
 @pytest.fixture(scope="module")
-def model(synthetic_split, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    split = synthetic_split(n_users=600, n_items=300, seed=0)
-    output = tmp_path_factory.mktemp("serve") / "model"
-    assert main(["train", "--split", str(split), "--output", str(output), "--epochs", "2",
-                 "--batch-size", "100", "--hidden", "32", "--latent", "8"]) == 0
-    return output
+def model(small_model: Path) -> Path:
+    return small_model
 
 
 @pytest.fixture(scope="module")
