@@ -113,17 +113,27 @@ def compile_pipeline(output: Path, images: Images = DEFAULT) -> Path:
     return output
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.vaecf_pipeline",
-                                     description="Compile the vaecf pipeline to YAML.")
-    parser.add_argument("--output", type=Path, default=Path("build/vaecf_pipeline.yaml"))
+def compile_parser(prog: str, description: str, output: str) -> argparse.ArgumentParser:
+    """The flags every compile command shares: the YAML path and the images' names."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--output", type=Path, default=Path(output))
     parser.add_argument("--registry", default=DEFAULT_REGISTRY)
     parser.add_argument("--tag", default=DEFAULT_TAG)
     parser.add_argument("--digests", type=Path,
                         help="JSON of image digests (make push); pins images by digest")
-    args = parser.parse_args(argv)
-    digests = load_digests(args.digests) if args.digests else {}
-    path = compile_pipeline(args.output, Images(args.registry, args.tag, digests))
+    return parser
+
+
+def images_of(args: argparse.Namespace) -> Images:
+    """The images ``compile_parser``'s flags name."""
+    return Images(args.registry, args.tag, load_digests(args.digests) if args.digests else {})
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = compile_parser("python -m pipelines.vaecf_pipeline",
+                          "Compile the vaecf pipeline to YAML.",
+                          "build/vaecf_pipeline.yaml").parse_args(argv)
+    path = compile_pipeline(args.output, images_of(args))
     print(f"compiled {path}")
     return 0
 

@@ -15,6 +15,20 @@ from components.images import DEFAULT
 EXECUTOR_INPUT = "{{$}}"  # KFP's executor input JSON (it names the executor output file)
 
 
+def kfp_report_spec(report: Output[Artifact], markdown: Output[Markdown], html: Output[HTML],
+                    metrics: Output[Metrics], *report_args: object) -> dsl.ContainerSpec:
+    """``vaecf report --output <report> <report_args>`` through ``vaecf.k8s.kfp_report``,
+    which then fills the Markdown, HTML and metrics artifacts (the run report's and the
+    sweep's)."""
+    return dsl.ContainerSpec(
+        image=DEFAULT.launcher,  # has matplotlib for the plots; no TensorFlow needed
+        command=["python", "-m", "vaecf.k8s.kfp_report"],
+        args=["--executor-input", EXECUTOR_INPUT, "--markdown", markdown.path,
+              "--html", html.path, "--metrics-artifact", "metrics",
+              "--metrics-path", metrics.path, "--", "--output", report.path, *report_args],
+    )
+
+
 @dsl.container_component
 def report(split: Input[Dataset], model: Input[Model], evaluation: Input[Artifact],
            report: Output[Artifact], markdown: Output[Markdown], html: Output[HTML],
@@ -30,14 +44,8 @@ def report(split: Input[Dataset], model: Input[Model], evaluation: Input[Artifac
       html: ``report.html`` (self-contained, plots embedded).
       metrics: recall_at_20, recall_at_50, ndcg_at_100 (mean and stderr), users evaluated.
     """
-    return dsl.ContainerSpec(
-        image=DEFAULT.launcher,  # has matplotlib for the plots; no TensorFlow needed
-        command=["python", "-m", "vaecf.k8s.kfp_report"],
-        args=["--executor-input", EXECUTOR_INPUT, "--markdown", markdown.path,
-              "--html", html.path, "--metrics-artifact", "metrics",
-              "--metrics-path", metrics.path, "--",
-              "--output", report.path,
-              "--train-log", dsl.ConcatPlaceholder([model.path, "/train_log.jsonl"]),
-              "--metrics", dsl.ConcatPlaceholder([evaluation.path, "/metrics.json"]),
-              "--manifests", split.path, model.path, evaluation.path],
-    )
+    return kfp_report_spec(
+        report, markdown, html, metrics,
+        "--train-log", dsl.ConcatPlaceholder([model.path, "/train_log.jsonl"]),
+        "--metrics", dsl.ConcatPlaceholder([evaluation.path, "/metrics.json"]),
+        "--manifests", split.path, model.path, evaluation.path)

@@ -11,8 +11,7 @@ from kfp import dsl
 from kfp.dsl import HTML, Artifact, Dataset, Input, Markdown, Metrics, Model, Output
 
 from components.images import DEFAULT
-
-EXECUTOR_INPUT = "{{$}}"  # KFP's executor input JSON: the URIs of the collected artifacts
+from components.report.component import EXECUTOR_INPUT, kfp_report_spec
 
 
 @dsl.container_component
@@ -66,14 +65,8 @@ def tuning_report(split: Input[Dataset], tuning: Input[Artifact], report: Output
       report: the whole report directory; markdown, html: its two views.
       metrics: the best trial's test metrics and the baselines', as KFP scalars.
     """
-    return dsl.ContainerSpec(
-        image=DEFAULT.launcher,  # has matplotlib for the plots; no TensorFlow needed
-        command=["python", "-m", "vaecf.k8s.kfp_report"],
-        args=["--executor-input", EXECUTOR_INPUT, "--markdown", markdown.path,
-              "--html", html.path, "--metrics-artifact", "metrics",
-              "--metrics-path", metrics.path, "--",
-              "--output", report.path,
-              "--trials", dsl.ConcatPlaceholder([tuning.path, "/trials.jsonl"]),
-              "--metrics", dsl.ConcatPlaceholder([tuning.path, "/test/metrics.json"]),
-              "--manifests", split.path, tuning.path],
-    )
+    return kfp_report_spec(
+        report, markdown, html, metrics,
+        "--trials", dsl.ConcatPlaceholder([tuning.path, "/trials.jsonl"]),
+        "--metrics", dsl.ConcatPlaceholder([tuning.path, "/test/metrics.json"]),
+        "--manifests", split.path, tuning.path)

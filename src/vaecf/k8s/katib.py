@@ -18,7 +18,6 @@ Katib's StdOut collector with its default filter; ``max`` over epochs is the exp
 from __future__ import annotations
 
 import argparse
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +25,14 @@ import yaml
 
 from vaecf.k8s import render
 from vaecf.tuning.space import SEARCHABLE
+from vaecf.tuning.trials import OBJECTIVE, VAL_KEYS
 
 # Katib cannot pass "no flag" (the default schedule), so annealing is searched in steps: 0 is
 # the cap from the start; ML-20M at batch 500 has 234 steps per epoch, 11,700 in 50 epochs.
 SPACE: dict[str, list[float | int]] = {
     "beta_cap": [0.1, 0.2, 0.3, 0.4], "anneal_steps": [0, 5000, 10000, 20000],
     "learning_rate": [0.0003, 0.001, 0.003], "dropout": [0.3, 0.5], "epochs": [50, 100]}
-OBJECTIVE = "ndcg_at_100"
-ADDITIONAL = ["recall_at_20", "recall_at_50"]
+ADDITIONAL = [key for key in VAL_KEYS if key != OBJECTIVE]
 LAUNCHER_ROLE = {"training.kubeflow.org/job-role": "launcher"}
 TRIAL_NAME = "trialName"
 HEADER = ("# Katib Experiment: Mult-VAE hyperparameter search, each trial the training MPIJob.\n"
@@ -47,12 +46,6 @@ def trial_parameter(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
-def _launcher(job: dict[str, Any]) -> dict[str, Any]:
-    container: dict[str, Any] = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"][
-        "containers"][0]
-    return container
-
-
 def _trial_spec(template: dict[str, Any], split_uri: str, store: str) -> dict[str, Any]:
     """The MPIJob of one trial, its searched flags and locations left as placeholders."""
     trial = f"${{trialParameters.{TRIAL_NAME}}}"
@@ -60,7 +53,7 @@ def _trial_spec(template: dict[str, Any], split_uri: str, store: str) -> dict[st
              for arg in (SEARCHABLE[name][0], f"${{trialParameters.{trial_parameter(name)}}}")]
     params = render.MPIJobParams(
         name="vaecf-trial", namespace="default", run_id="katib",
-        image=str(_launcher(template)["image"]),
+        image=str(render.container(template["spec"], "Launcher")["image"]),
         split_uri=split_uri, model_uri=f"{store}/{trial}/model",
         checkpoint_uri=f"{store}/{trial}/checkpoints",
         tensorboard_uri=f"{store}/{trial}/tensorboard", train_flags=tuple(flags))
@@ -68,7 +61,7 @@ def _trial_spec(template: dict[str, Any], split_uri: str, store: str) -> dict[st
     job["metadata"].pop("name")  # Katib names the job after the trial, in its namespace
     job["metadata"].pop("namespace")
     job["metadata"]["labels"][render.RUN_ID_LABEL] = trial
-    args = _launcher(job)["args"]
+    args = render.container(job["spec"], "Launcher")["args"]
     args[args.index("--epochs") + 1] = f"${{trialParameters.{trial_parameter('epochs')}}}"
     return job
 
@@ -104,7 +97,7 @@ def experiment(template: dict[str, Any], *, name: str = "vaecf-tune",
                 "successCondition": 'status.conditions.#(type=="Succeeded")#|#(status=="True")#',
                 "failureCondition": 'status.conditions.#(type=="Failed")#|#(status=="True")#',
                 "trialParameters": trial_parameters,
-                "trialSpec": _trial_spec(copy.deepcopy(template), split_uri, store)}}}
+                "trialSpec": _trial_spec(template, split_uri, store)}}}
 
 
 def to_yaml(document: dict[str, Any]) -> str:

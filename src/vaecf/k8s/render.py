@@ -201,8 +201,8 @@ def render(template: dict[str, Any], params: MPIJobParams) -> dict[str, Any]:
     metadata.setdefault("labels", {})[RUN_ID_LABEL] = run_label(params.run_id)
     spec = job["spec"]
     spec["slotsPerWorker"] = params.slots_per_worker
-    launcher = _container(spec, "Launcher")
-    worker = _container(spec, "Worker")
+    launcher = container(spec, "Launcher")
+    worker = container(spec, "Worker")
     spec["mpiReplicaSpecs"]["Worker"]["replicas"] = params.workers
     launcher["image"] = worker["image"] = params.image
     launcher["args"] = _mpirun_options(launcher.get("args", []), params.world_size)
@@ -217,13 +217,14 @@ def render(template: dict[str, Any], params: MPIJobParams) -> dict[str, Any]:
     return job
 
 
-def _container(spec: dict[str, Any], role: str) -> dict[str, Any]:
+def container(spec: dict[str, Any], role: str) -> dict[str, Any]:
+    """The first container of an MPIJob spec's ``role`` (Launcher, Worker) replica."""
     try:
-        container: dict[str, Any] = spec["mpiReplicaSpecs"][role]["template"]["spec"][
+        found: dict[str, Any] = spec["mpiReplicaSpecs"][role]["template"]["spec"][
             "containers"][0]
     except (KeyError, IndexError, TypeError) as err:
         raise VaecfError(f"MPIJob template: no {role} container") from err
-    return container
+    return found
 
 
 def _mpirun_options(args: list[str], world_size: int) -> list[str]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from vaecf.report import plots
 from vaecf.report.document import Figure, Section, Table, fmt
-from vaecf.tuning.trials import OBJECTIVE, VAL_KEYS
+from vaecf.tuning.trials import OBJECTIVE, VAL_KEYS, best_of
 
 LABELS = {"ndcg_at_100": "val NDCG@100", "recall_at_20": "val Recall@20",
           "recall_at_50": "val Recall@50"}
@@ -21,7 +21,7 @@ def analyse(trials: list[dict[str, Any]]) -> dict[str, Any]:
     """The trials as recorded, the searched names (values that differ) and the best trial."""
     names = sorted({k for t in trials for k in t["params"]})
     searched = [k for k in names if len({repr(t["params"].get(k)) for t in trials}) > 1]
-    best = max(trials, key=lambda t: (t["val"][OBJECTIVE], -t.get("trial", 0)))
+    best = best_of(trials)
     return {"trials": trials, "searched": searched, "best": best}
 
 

@@ -26,7 +26,7 @@ from vaecf.io import manifest_name, publish, scratch, write_manifest
 from vaecf.stages import new_parser, run_stage, seed
 from vaecf.train.config import PRECISIONS
 from vaecf.tuning.space import DEFAULT_SPACE, load_space, trials
-from vaecf.tuning.trials import OBJECTIVE, collect, mark_best, write_trials
+from vaecf.tuning.trials import OBJECTIVE, VAL_KEYS, collect, mark_best, write_trials
 
 STAGE = "tune"
 
@@ -93,7 +93,8 @@ def run(args: argparse.Namespace) -> None:
         args.collect_models = collected_paths(args.executor_input, "models")
         args.collect_evaluations = collected_paths(args.executor_input, "evaluations")
     collecting = bool(args.collect_models or args.collect_evaluations)
-    chosen = [] if collecting else trials(_space(args.space), args.trials, args.seed)
+    space = None if collecting else _space(args.space)
+    chosen = [] if space is None else trials(space, args.trials, args.seed)
     unknown = [name for name in args.baselines if name not in BASELINES]
     if unknown:
         raise VaecfError(f"--baselines: unknown baseline '{unknown[0]}' (one of: "
@@ -123,13 +124,11 @@ def run(args: argparse.Namespace) -> None:
         write_manifest(staging, STAGE, inputs={"split": args.split,
                                                "models": args.collect_models or [],
                                                "evaluations": args.collect_evaluations or []},
-                       parameters={"space": None if collecting else _space(args.space),
+                       parameters={"space": space,
                                    "trials": len(records), "seed": args.seed,
                                    "baselines": list(args.baselines)},
                        counts={"trials": len(records)}, started=started,
-                       extra={"best": best, "test": {k: test[k] for k in
-                                                     ("ndcg_at_100", "recall_at_20",
-                                                      "recall_at_50")}})
+                       extra={"best": best, "test": {k: test[k] for k in VAL_KEYS}})
 
 
 def _evaluate_test(args: argparse.Namespace, model: str, output: Path) -> dict[str, Any]:

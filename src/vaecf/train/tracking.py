@@ -26,12 +26,13 @@ from vaecf.io.storage import upload_file
 # train_log.jsonl key -> TensorBoard tag, in the order TensorBoard lists them.
 SCALARS = {"loss": "train/loss", "nll": "train/nll", "kl": "train/kl", "beta": "train/beta",
            "users_per_second": "speed/users_per_second", "input_share": "speed/input_share"}
-VAL_METRICS = ("ndcg_at_100", "recall_at_20", "recall_at_50")
+# The validation metrics training reports (the first is what tuning maximises).
+VAL_KEYS = ("ndcg_at_100", "recall_at_20", "recall_at_50")
 
 
 def metrics_line(val: dict[str, float]) -> str:
     """``val ndcg_at_100=0.412300 recall_at_20=...``: what Katib's StdOut collector parses."""
-    return "val " + " ".join(f"{key}={val[key]:.6f}" for key in VAL_METRICS if key in val)
+    return "val " + " ".join(f"{key}={val[key]:.6f}" for key in VAL_KEYS if key in val)
 
 
 class EpochTracker:

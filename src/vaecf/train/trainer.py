@@ -26,9 +26,7 @@ from vaecf.model import MultVAE, choose_item_chunk, padded_items
 from vaecf.train import checkpoint, data
 from vaecf.train import horovod as dist
 from vaecf.train.config import STATE_PARAMETERS, TrainConfig
-from vaecf.train.tracking import EpochTracker
-
-VAL_KEYS = ("recall_at_20", "recall_at_50", "ndcg_at_100")
+from vaecf.train.tracking import VAL_KEYS, EpochTracker
 
 # Steps between reads of the step results (loss statistics, skips): each read waits until the
 # device has finished every queued step, so reading every step (as before) kept the host from

@@ -23,10 +23,10 @@ from typing import Any
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, open_input_file, read_manifest
+from vaecf.train.tracking import VAL_KEYS
 from vaecf.tuning.space import SEARCHABLE
 
-OBJECTIVE = "ndcg_at_100"
-VAL_KEYS = ("ndcg_at_100", "recall_at_20", "recall_at_50")
+OBJECTIVE = VAL_KEYS[0]
 
 
 def record(index: int, model: str, train_manifest: Mapping[str, Any],
@@ -83,10 +83,15 @@ def mark_best(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Flag the trial with the highest validation NDCG@100 (first of equals); return it."""
     if not records:
         raise VaecfError("no trials to choose from")
-    best = max(records, key=lambda r: (r["val"][OBJECTIVE], -r["trial"]))
+    best = best_of(records)
     for entry in records:
         entry["best"] = entry is best
     return best
+
+
+def best_of(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The trial with the highest validation NDCG@100, the first (lowest number) of equals."""
+    return max(records, key=lambda r: (r["val"][OBJECTIVE], -r.get("trial", 0)))
 
 
 def write_trials(path: Path, records: list[dict[str, Any]]) -> None:
