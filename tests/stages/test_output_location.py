@@ -434,15 +434,16 @@ def test_an_s3_input_key_that_leaves_its_prefix_writes_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t"] and list(temp.iterdir()) == []
 
 
-def _namespaces_work() -> bool:
+def _unshare_works(*flags: str) -> bool:
+    """Whether ``unshare <flags> true`` runs here (user and mount namespaces)."""
     try:
-        return subprocess.run(["unshare", "-Urm", "true"], capture_output=True,
+        return subprocess.run(["unshare", *flags, "true"], capture_output=True,
                               timeout=30).returncode == 0
     except OSError:
         return False
 
 
-needs_mounts = pytest.mark.skipif(not _namespaces_work(), reason="mounting a small tmpfs as "
+needs_mounts = pytest.mark.skipif(not _unshare_works("-Urm"), reason="mounting a small tmpfs as "
                                   "any user needs `unshare -Urm`, which this machine refuses")
 VAECF = f"{sys.executable} -m vaecf.cli"
 
@@ -549,15 +550,7 @@ def test_a_disk_error_outside_a_publish_is_one_line_too(capsys, code: int, line:
         run_stage("toy", new_parser("toy", "toy"), [], bug)
 
 
-def _unprivileged_works() -> bool:
-    try:
-        return subprocess.run(["unshare", "-U", "true"], capture_output=True,
-                              timeout=30).returncode == 0
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _unprivileged_works(), reason="needs `unshare -U` to drop privileges "
+@pytest.mark.skipif(not _unshare_works("-U"), reason="needs `unshare -U` to drop privileges "
                     "over the test's own files")
 def test_an_output_holding_a_folder_that_cannot_be_listed_is_refused(cli, raw: Path,
                                                                      tmp_path: Path) -> None:
@@ -565,8 +558,9 @@ def test_an_output_holding_a_folder_that_cannot_be_listed_is_refused(cli, raw: P
     assert cli("preprocess", "--input", raw, "--output", out)[0] == 0
     (out / "private").mkdir(mode=0o000)
     try:  # in a new user namespace even root lacks the privilege to list it
-        result = subprocess.run(["unshare", "-U", *VAECF.split(), "preprocess", "--input", raw,
-                                 "--output", out], capture_output=True, text=True, timeout=300)
+        result = subprocess.run(["unshare", "-U", sys.executable, "-m", "vaecf.cli",
+                                 "preprocess", "--input", raw, "--output", out],
+                                capture_output=True, text=True, timeout=300)
     finally:  # wherever a wrong replace moved it
         for private in tmp_path.rglob("private"):
             private.chmod(0o755)

@@ -305,6 +305,19 @@ def finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
     return process.returncode, out, err
 
 
+def read_until(process: subprocess.Popen[str], prefix: str) -> None:
+    """Read the process's stdout up to the first line starting with ``prefix`` (or its end)."""
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    while line and not line.startswith(prefix):
+        line = process.stdout.readline()
+
+
+# Four epochs of 150 steps, validated at the end only: long enough to be stopped mid-run.
+STOPPABLE = ["--epochs", "4", "--steps-per-epoch", "150", "--batch-size", "100", "--hidden",
+             "64", "--latent", "16", "--validate-every", "4"]
+
+
 def test_log_in_a_pipe_has_one_line_per_epoch_and_no_banner(synthetic_split,
                                                             tmp_path: Path) -> None:
     """Issue 13: progress lines were printed twice and TensorFlow's banners leaked. Also the
@@ -338,13 +351,9 @@ def test_log_in_a_pipe_has_one_line_per_epoch_and_no_banner(synthetic_split,
 def test_sigterm_checkpoints_the_epoch_and_a_rerun_resumes_the_same_run(
         synthetic_split, tmp_path: Path) -> None:
     split = synthetic_split(n_users=600, n_items=300, seed=0)
-    flags = ["--split", split, "--epochs", "4", "--steps-per-epoch", "150", "--batch-size",
-             "100", "--hidden", "64", "--latent", "16", "--validate-every", "4"]
+    flags = ["--split", split, *STOPPABLE]
     stopped = run_cli("train", "--output", tmp_path / "parts", *flags)
-    assert stopped.stdout is not None
-    line = stopped.stdout.readline()
-    while line and not line.startswith("epoch 1:"):
-        line = stopped.stdout.readline()
+    read_until(stopped, "epoch 1:")
     stopped.send_signal(signal.SIGTERM)
     code, _, err = finish(stopped)
     assert code == 1 and "stopped by SIGTERM after epoch" in err, err[-3000:]
@@ -392,9 +401,8 @@ def test_s3_checkpoint_dir_in_the_split_or_another_output_is_refused(synthetic_s
     split = f"s3://{s3_bucket}/split"
     storage.upload_dir(synthetic_split(n_users=600, n_items=300, seed=0), split)
     before = storage.list_keys(split)
-    for checkpoints, why in ((f"{split}/checkpoints", f"lies in the split {split}"),
-                             (split, f"lies in the split {split}"),
-                             (f"s3://{s3_bucket}/split/", f"lies in the split {split}")):
+    why = f"lies in the split {split}"
+    for checkpoints in (f"{split}/checkpoints", split, f"s3://{s3_bucket}/split/"):
         code, _, err = cli("train", "--split", split, "--output", f"s3://{s3_bucket}/model",
                            *SMALL, "--checkpoint-dir", checkpoints)
         assert (code, err) == (1, f"vaecf train: error: --checkpoint-dir {checkpoints}: {why} "
@@ -477,13 +485,8 @@ def test_model_too_large_is_refused_before_allocating(synthetic_split, tmp_path:
 
 def test_ctrl_c_stops_like_sigterm_without_a_traceback(synthetic_split, tmp_path: Path) -> None:
     split = synthetic_split(n_users=600, n_items=300, seed=0)
-    process = run_cli("train", "--split", split, "--output", tmp_path / "model", "--epochs",
-                      "4", "--steps-per-epoch", "150", "--batch-size", "100", "--hidden", "64",
-                      "--latent", "16", "--validate-every", "4")
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    while line and not line.startswith("epoch 1:"):
-        line = process.stdout.readline()
+    process = run_cli("train", "--split", split, "--output", tmp_path / "model", *STOPPABLE)
+    read_until(process, "epoch 1:")
     process.send_signal(signal.SIGINT)
     code, _, err = finish(process)
     assert code == 1, err[-3000:]
@@ -501,10 +504,7 @@ def test_ctrl_c_before_the_first_epoch_is_one_line_too(synthetic_split, tmp_path
     split = synthetic_split(n_users=600, n_items=300, seed=0)
     process = run_cli("train", "--split", split, "--output", tmp_path / "model", *SMALL,
                       "--epochs", "2")
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    while line and not line.startswith("training on"):
-        line = process.stdout.readline()
+    read_until(process, "training on")
     process.send_signal(signal.SIGINT)
     code, _, err = finish(process)
     assert code == 1 and err.count("\n") == 1 and "Traceback" not in err, err[-3000:]
@@ -525,10 +525,7 @@ def test_tensorflow_temp_files_of_a_killed_run_are_swept(synthetic_split,
     argv = [sys.executable, "-m", "vaecf.cli", "train", "--split", str(split), *SMALL]
     killed = subprocess.Popen([*argv, "--output", str(tmp_path / "killed"), "--epochs", "3"],
                               env=env, stdout=subprocess.PIPE, text=True)
-    assert killed.stdout is not None
-    line = killed.stdout.readline()
-    while line and not line.startswith("epoch 1:"):
-        line = killed.stdout.readline()
+    read_until(killed, "epoch 1:")
     killed.kill()
     killed.communicate(timeout=60)
     generated = list(tmp.rglob("__autograph_generated_file*.py"))

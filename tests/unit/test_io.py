@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -340,11 +341,15 @@ def test_an_s3_lease_of_this_host_is_taken_over_once_its_process_is_gone(
         assert not storage.list_keys(f"s3://{s3_bucket}/{name}")
 
 
-@pytest.mark.parametrize("prefix,why", [("a/../b", "'..'"), ("a/./b", "'..'"), ("a//b", "'//'"),
+DOTS = "'.', '..' and '//' are never part of an S3 output prefix"
+
+
+@pytest.mark.parametrize("prefix,why", [("a/../b", DOTS), ("a/./b", DOTS), ("a//b", DOTS),
                                         ("p" * 770, "prefix of 770 bytes")])
 def test_an_s3_output_prefix_s3_cannot_hold_as_named_is_refused(s3_bucket: str, prefix: str,
                                                                  why: str) -> None:
-    with pytest.raises(VaecfError, match=why), publish(f"s3://{s3_bucket}/{prefix}", TOY):
+    with pytest.raises(VaecfError, match=re.escape(why)), \
+            publish(f"s3://{s3_bucket}/{prefix}", TOY):
         pass
     assert storage.list_keys(f"s3://{s3_bucket}") == []
 

@@ -22,7 +22,6 @@ A catalogue whose 12 n^2 bytes exceed the memory available is refused before all
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 import scipy.linalg
@@ -30,6 +29,7 @@ import scipy.sparse as sp
 
 from vaecf.errors import VaecfError
 from vaecf.log import Progress, heartbeat, info
+from vaecf.train.memory import GIB, available_bytes
 
 DEFAULT_LAMBDA = 500.0
 _GRAM_BLOCK = 2048
@@ -41,33 +41,14 @@ def needed_bytes(n_items: int) -> int:
     return 12 * n_items * n_items
 
 
-def available_bytes() -> int:
-    """Memory this process may still take: the kernel's MemAvailable, capped by the cgroup
-    v2 limit of a container (a pod's memory limit), whichever is smaller."""
-    limits = []
-    try:
-        meminfo = Path("/proc/meminfo").read_text()
-        limits.append(int(meminfo.split("MemAvailable:")[1].split()[0]) * 1024)
-    except (OSError, IndexError, ValueError):
-        limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    try:
-        cgroup = Path("/sys/fs/cgroup")
-        limit = (cgroup / "memory.max").read_text().strip()
-        if limit != "max":
-            limits.append(int(limit) - int((cgroup / "memory.current").read_text()))
-    except (OSError, ValueError):
-        pass
-    return min(limits)
-
-
 def check_fits(n_items: int, available: int) -> None:
     """Refuse, before allocating, a catalogue whose closed form does not fit in memory (a
     process killed by the kernel says nothing)."""
     needed = needed_bytes(n_items)
     if needed > available:
-        raise VaecfError(f"EASE: {n_items:,} items need {needed / 2**30:,.1f} GiB for the "
+        raise VaecfError(f"EASE: {n_items:,} items need {needed / GIB:,.1f} GiB for the "
                          f"{n_items:,} x {n_items:,} Gram matrix and weights, "
-                         f"{available / 2**30:,.1f} GiB is available (leave ease out of "
+                         f"{available / GIB:,.1f} GiB is available (leave ease out of "
                          "--baselines for this catalogue)")
 
 
@@ -94,7 +75,9 @@ def ease_weights(train: sp.csr_matrix, l2: float = DEFAULT_LAMBDA) -> np.ndarray
     """float32 (n, n) EASE item-item weights B with a zero diagonal (formula above)."""
     if not l2 > 0:
         raise VaecfError(f"--ease-lambda must be > 0, got {l2}")
-    check_fits(train.shape[1], available_bytes())
+    free = available_bytes()
+    check_fits(train.shape[1], free if free is not None
+               else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     matrix = gram(train)
     matrix[np.diag_indices_from(matrix)] += l2
     info(f"EASE: inverting a {matrix.shape[0]:,} x {matrix.shape[0]:,} float64 matrix "

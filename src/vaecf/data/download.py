@@ -110,17 +110,18 @@ def inspect_download(dataset: Dataset, directory: Path, names: list[str],
     labels = [label for label, _ in peeked]
     check_data_files(dataset.reader, labels, names, where)
     layout, release = layout_of(dataset.reader, labels), release_of(labels)
+    # another GroupLens release than asked for (a folder named like the one asked for is no
+    # reason to suggest it again)
+    other = release if release not in (None, dataset.name) else None
     if dataset.layout and layout != dataset.layout:
-        # A folder named like the release the user asked for is no reason to suggest it again.
-        other = release if release not in (None, dataset.name) else None
         use = f"{other} (or movielens, for" if other else "movielens (for"
         raise VaecfError(f"{where}: holds {labels[0]}, but {dataset.name} expects "
                          f"{dataset.layout} ({dataset.name}.zip holds "
                          f"{dataset.folder}/{dataset.layout}): use --dataset {use} any "
                          "MovieLens ratings file)")
-    if dataset.folder and release not in (None, dataset.name):
-        raise VaecfError(f"{where}: holds {labels[0]}, GroupLens' {release}, not "
-                         f"{dataset.name}: use --dataset {release}")
+    if dataset.folder and other:
+        raise VaecfError(f"{where}: holds {labels[0]}, GroupLens' {other}, not "
+                         f"{dataset.name}: use --dataset {other}")
     if reader.probe is not None:
         for label, first in peeked:
             reader.probe(label, first)  # e.g. a ratings.csv without a userId column

@@ -34,6 +34,7 @@ import numpy as np
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import sha256_file, storage
+from vaecf.io.location import local_path
 
 KEEP = 3
 _NAME = re.compile(r"^epoch-(\d{6})$")
@@ -68,7 +69,7 @@ def check_directory(directory: str, split: str) -> None:
         return
     path = Path(os.path.realpath(directory))
     if not storage.is_s3(split):
-        source = Path(os.path.realpath(split.removeprefix("file://")))
+        source = Path(os.path.realpath(local_path(split)))
         if path == source or source in path.parents:
             raise VaecfError(f"{flag}: lies in the split {split} (checkpoints go in a "
                              "folder of their own)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from vaecf.errors import VaecfError
-from vaecf.model.vae import padded_items
 
 # Larger than any Mult-VAE that fits one device (1M items x 600 hidden is 1.2e9 parameters,
 # ~19 GB with Adam and gradients); beyond it, int32 shape arithmetic in TensorFlow's GPU
@@ -27,6 +26,8 @@ def parameters(n_items: int, hidden: int, latent: int) -> int:
 
     The item layers are padded to a multiple of 8 (``vaecf.model.vae.padded_items``).
     """
+    from vaecf.model.vae import padded_items  # Keras: not for ``available_bytes``' users
+
     items = padded_items(n_items)
     return ((items + 1) * hidden + (hidden + 1) * 2 * latent + (latent + 1) * hidden
             + (hidden + 1) * items)
@@ -35,13 +36,16 @@ def parameters(n_items: int, hidden: int, latent: int) -> int:
 def training_bytes(n_items: int, hidden: int, latent: int, local_batch: int) -> int:
     """A lower bound of one process's training memory: the parameters' state
     (``BYTES_PER_PARAMETER`` each) and the float32 logits of a batch and their gradient."""
+    from vaecf.model.vae import padded_items
+
     logits = local_batch * padded_items(n_items) * 4 * 2
     return parameters(n_items, hidden, latent) * BYTES_PER_PARAMETER + logits
 
 
 def available_bytes() -> int | None:
     """Memory this process may still take: ``MemAvailable``, capped by a cgroup's limit
-    (a container's); None where neither can be read (not Linux)."""
+    (a container's); None where neither can be read (not Linux). Training's size check and
+    EASE's use it."""
     found = []
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
