@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,16 +13,14 @@ BIN = Path(sys.executable).parent
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[str]:
     """A moto S3 server on 127.0.0.1; yields its endpoint URL."""
     from moto.server import ThreadedMotoServer
+
+    from vaecf.serve.loadtest import free_port
 
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)

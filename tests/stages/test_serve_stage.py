@@ -75,7 +75,8 @@ def test_v1_rows_and_tf_serving_columns_give_the_model_s_ranking(server, expecte
     assert [r["unknown"] for r in rows["predictions"]] == [0, 1, 1, 0]
     assert [r["fallback"] for r in rows["predictions"]] == [False, False, True, True]
     popular = rows["predictions"][3]
-    assert popular["scores"] == sorted(popular["scores"], reverse=True)  # training counts
+    # the popularity fallback scores: training users per item, whole positive counts
+    assert all(score >= 1 and float(score).is_integer() for score in popular["scores"])
 
 
 def test_v2_rest_and_grpc_answer_typed_tensors(server, expected) -> None:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io.storage import is_s3, split_s3
 from vaecf.k8s import render
@@ -129,11 +128,4 @@ def apply(api_client: Any, service: dict[str, Any]) -> str:
     except ApiException as err:
         verb = "patch" if exists else "create"
         raise VaecfError(f"{ref}: {verb} failed: HTTP {err.status} {err.reason}") from err
-    outcome = "updated" if exists else "created"
-    log.info(f"{outcome} {ref} (model {service_storage_uri(service)})")
-    return outcome
-
-
-def service_storage_uri(service: dict[str, Any]) -> str:
-    (container,) = service["spec"]["predictor"]["containers"]
-    return str(next(e["value"] for e in container["env"] if e["name"] == STORAGE_URI))
+    return "updated" if exists else "created"

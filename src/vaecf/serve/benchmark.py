@@ -27,32 +27,38 @@ FLOOR_MEMORY_GROWTH, FLOOR_BATCH_SHARE = 0.05, 0.5
 
 @dataclass(frozen=True)
 class ServeBenchmarkConfig:
+    """``vaecf benchmark-serve`` flags (defaults: the parser's) and the k every request asks."""
+
     model: str
-    clients: tuple[int, ...] = (1, 8, 32)
-    users_per_request: tuple[int, ...] = (1, 32)
-    seconds: float = 60.0
-    items_per_user: int = 73  # ML-20M's mean after filtering
+    clients: tuple[int, ...]
+    users_per_request: tuple[int, ...]
+    seconds: float
+    items_per_user: int
+    seed: int
     k: int = 20
-    seed: int = 0
 
 
 def bodies(item_ids: np.ndarray, users: int, config: ServeBenchmarkConfig,
            count: int = 256) -> list[bytes]:
     """``count`` v1 request bodies of ``users`` random users each (seeded)."""
     rng = np.random.default_rng(config.seed)
+    return [v1_body(sample_users(rng, item_ids, users, config), config.k)
+            for _ in range(count)]
+
+
+def sample_users(rng: np.random.Generator, item_ids: np.ndarray, users: int,
+                 config: ServeBenchmarkConfig) -> list[list[str]]:
+    """``users`` users of ``config.items_per_user`` distinct random known items each."""
     size = min(config.items_per_user, item_ids.size)
-    return [v1_body([rng.choice(item_ids, size, replace=False).tolist() for _ in range(users)],
-                    config.k) for _ in range(count)]
+    return [rng.choice(item_ids, size, replace=False).tolist() for _ in range(users)]
 
 
 def run_serve_benchmark(config: ServeBenchmarkConfig, log_dir: Path) -> dict[str, Any]:
     """Every scenario against one server process; the result as ``serve_benchmark.json``."""
     model = ServedModel.load(config.model)
     item_ids, largest = model.item_ids, max(config.users_per_request)
-    rng = np.random.default_rng(config.seed)
-    sample = [rng.choice(item_ids, min(config.items_per_user, item_ids.size),
-                         replace=False).tolist() for _ in range(largest)]
-    in_process = in_process_rate(model, sample, min(config.seconds, 20.0))
+    sample = sample_users(np.random.default_rng(config.seed), item_ids, largest, config)
+    in_process = in_process_rate(model, sample, config.k, min(config.seconds, 20.0))
     log.info(f"in-process recommend_ids, {largest} users per call: {in_process:,.0f} users/s")
     del model
     runs = []

@@ -39,12 +39,11 @@ def free_port() -> int:
 class ServerProcess:
     """``vaecf serve --model MODEL`` as a child process on free loopback ports.
 
-    Use as a context manager: entering waits until the server answers readiness (the model
-    is loaded and warmed up), leaving sends SIGTERM and waits for the exit status.
+    ``start`` returns once the server answers readiness (the model is loaded and warmed up);
+    ``stop`` sends SIGTERM and waits for the exit status.
     """
 
     model: str
-    extra: list[str] = field(default_factory=list)
     startup_timeout: float = 180.0
     http_port: int = field(default_factory=free_port)
     grpc_port: int = field(default_factory=free_port)
@@ -58,8 +57,7 @@ class ServerProcess:
     def start(self, log_path: Path) -> None:
         self.log_path = log_path
         command = [sys.executable, "-m", "vaecf.cli", "serve", "--model", self.model,
-                   "--http_port", str(self.http_port), "--grpc_port", str(self.grpc_port),
-                   *self.extra]
+                   "--http_port", str(self.http_port), "--grpc_port", str(self.grpc_port)]
         with open(log_path, "wb") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                             env=os.environ.copy())
@@ -174,11 +172,11 @@ def load(url: str, path: str, bodies: list[bytes], users_per_request: int, clien
                       users_per_second=round(done * users_per_request / elapsed, 1))
 
 
-def in_process_rate(model: Any, users: list[list[str]], seconds: float) -> float:
+def in_process_rate(model: Any, users: list[list[str]], k: int, seconds: float) -> float:
     """Users/s of ``model.recommend`` on ``users`` (one call each time), in this process."""
-    model.recommend(users, [20] * len(users))  # warm-up
+    model.recommend(users, [k] * len(users))  # warm-up
     calls, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
-        model.recommend(users, [20] * len(users))
+        model.recommend(users, [k] * len(users))
         calls += 1
     return calls * len(users) / (time.perf_counter() - started)

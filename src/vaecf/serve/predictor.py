@@ -10,6 +10,7 @@ event loop keeps parsing and answering requests meanwhile (TensorFlow releases t
 from __future__ import annotations
 
 import asyncio
+import collections
 from typing import Any
 
 from kserve import Model
@@ -48,7 +49,7 @@ class Predictor(Model):
         self.model_uri = model_uri
         self.max_batch_users = max_batch_users
         self.served: ServedModel | None = None
-        self._waiting: list[Waiting] = []
+        self._waiting: collections.deque[Waiting] = collections.deque()
         self._running = False
 
     def load(self) -> bool:
@@ -122,9 +123,9 @@ class Predictor(Model):
 
     def _take(self) -> list[Waiting]:
         """The longest prefix of the queue within ``max_batch_users`` (at least one request)."""
-        taken = [self._waiting.pop(0)]
+        taken = [self._waiting.popleft()]
         users = len(taken[0][0].users)
         while self._waiting and users + len(self._waiting[0][0].users) <= self.max_batch_users:
             users += len(self._waiting[0][0].users)
-            taken.append(self._waiting.pop(0))
+            taken.append(self._waiting.popleft())
         return taken

@@ -21,17 +21,18 @@ from vaecf import log
 
 @dataclass(frozen=True)
 class ServeConfig:
-    """``vaecf serve`` flags (KServe's own names where KServe has the flag)."""
+    """``vaecf serve`` flags (KServe's own names where KServe has the flag; the defaults are
+    the parser's, ``vaecf.stages.serve``)."""
 
     model: str
-    model_name: str = "vaecf"
-    http_port: int = 8080
-    grpc_port: int = 8081
-    workers: int = 1
-    enable_grpc: bool = True
-    max_threads: int = 4
-    grace_period: int = 30
-    max_batch_users: int = 256
+    model_name: str
+    http_port: int
+    grpc_port: int
+    workers: int
+    enable_grpc: bool
+    max_threads: int
+    grace_period: int
+    max_batch_users: int
 
 
 def import_kserve() -> Any:

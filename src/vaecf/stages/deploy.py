@@ -73,8 +73,9 @@ def deploy(args: argparse.Namespace) -> None:
         isvc.load_template(args.template or isvc.default_template()), params)
     check_model(args.model, params.storage_uri)
     outcome = isvc.apply(client.api_client(), service)
-    log.info(f"inferenceservice {params.namespace}/{params.name} {outcome}: v1 at "
-             f"/v1/models/{params.name}:predict, v2 at /v2/models/{params.name}/infer")
+    log.info(f"{outcome} inferenceservice {params.namespace}/{params.name} (model "
+             f"{params.storage_uri}): v1 at /v1/models/{params.name}:predict, v2 at "
+             f"/v2/models/{params.name}/infer")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 import tensorflow as tf
 
+from vaecf.baselines.popularity import Popularity
 from vaecf.model import MultVAE, SparseBatch
 
 SIGNATURE_INPUTS = (tf.TensorSpec([None], tf.int64, name="row_splits"),
@@ -43,9 +44,13 @@ def ragged_batch(row_splits: tf.Tensor, item_idx: tf.Tensor) -> SparseBatch:
     """
     entries = tf.cast(tf.range(tf.shape(item_idx)[0]), tf.int64)
     rows = tf.searchsorted(row_splits[1:], entries, side="right", out_type=tf.int64)
-    users = tf.cast(tf.range(tf.shape(row_splits)[0] - 1), tf.int64)
+    return batch_of_ones(rows, item_idx, tf.shape(row_splits)[0] - 1)
+
+
+def batch_of_ones(rows: tf.Tensor, item_idx: tf.Tensor, users: tf.Tensor) -> SparseBatch:
+    """A ``SparseBatch`` of ones for ``users`` (an int32 count: host memory on a GPU) users."""
     return SparseBatch(rows=rows, item_idx=item_idx, values=tf.ones_like(item_idx, tf.float32),
-                       user_idx=users)
+                       user_idx=tf.cast(tf.range(users), tf.int64))
 
 
 class _Untracked:
@@ -123,10 +128,7 @@ class ServingModule(tf.Module):
             unknown = tf.reduce_sum(tf.cast((idx < 0) & (items != PADDING_ID), tf.int32), axis=1)
         own = self._multi_hot(idx)
         unique = tf.where(own)  # (user, item_idx) pairs, each once, sorted
-        users = tf.cast(tf.range(tf.shape(idx)[0]), tf.int64)
-        scores = self._scores(SparseBatch(rows=unique[:, 0], item_idx=unique[:, 1],
-                                          values=tf.ones_like(unique[:, 0], tf.float32),
-                                          user_idx=users))
+        scores = self._scores(batch_of_ones(unique[:, 0], unique[:, 1], tf.shape(idx)[0]))
         fallback = ~tf.reduce_any(own, axis=1)
         scores = tf.where(fallback[:, None], self.popularity[None, :], scores)
         masked = tf.where(own, tf.constant(-np.inf, tf.float32), scores)
@@ -174,7 +176,7 @@ def export(weights: list[np.ndarray], *, n_items: int, hidden: int, latent: int,
     model = MultVAE(n_items, hidden=hidden, latent=latent, dropout=0.0, policy="float32")
     model.build_variables()
     model.set_weights(weights)
-    popularity = np.asarray((train > 0).sum(axis=0), dtype=np.float32).ravel()
+    popularity = Popularity(train).counts  # training users per item
     module = ServingModule(model, np.array([t.encode() for t in text], dtype=object),
                            popularity)
     tf.saved_model.save(module, str(path),
