@@ -20,12 +20,13 @@ from vaecf.log import Progress
 
 RATINGS_COLUMNS = ("userId", "movieId", "rating", "timestamp")
 _CHUNK_USERS = 1024
-# Affinity cells drawn at once (users x items, or users x candidates above ``_DENSE_ITEMS``).
+# Cells drawn at once: users x items, or above ``_DENSE_ITEMS`` users x candidates x rank (the
+# candidates' gathered profiles).
 _CHUNK_CELLS = 1 << 25
-# Up to this many items every user's affinity to every item is drawn. Above, each user ranks
-# ``_CANDIDATES`` x their item count candidates only: the cost grows with the ratings, not
-# users x items, and the catalogue's tail is covered (see ``_candidates``).
-_DENSE_ITEMS = 32_768
+# Up to this many items (a chunk of ``_CHUNK_USERS`` users) every user's affinity to every
+# item is drawn. Above, each user ranks ``_CANDIDATES`` x their item count candidates only: the
+# cost grows with the ratings, not users x items, and the catalogue's tail is covered.
+_DENSE_ITEMS = _CHUNK_CELLS // _CHUNK_USERS
 _CANDIDATES = 4
 # How strongly taste beats popularity: at 3, EASE roughly doubles popularity's NDCG@100.
 _TASTE_SCALE = 3.0
@@ -62,7 +63,7 @@ def generate_ratings(n_users: int, n_items: int, seed: int, mean_items: float = 
     start = 0
     while start < n_users:
         if n_items <= _DENSE_ITEMS:
-            stop = min(start + max(1, min(_CHUNK_USERS, _CHUNK_CELLS // n_items)), n_users)
+            stop = min(start + _CHUNK_USERS, n_users)
             pool = np.broadcast_to(np.arange(n_items), (stop - start, n_items))
             affinity = tastes[start:stop] @ profiles.T * scale + popularity
         else:

@@ -91,9 +91,7 @@ def first_layer(entries: loss.Entries, kernel: tf.Tensor, users: tf.Tensor,
 
     @tf.custom_gradient
     def product(kernel: tf.Tensor) -> tuple[tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
-        partial = tf.math.unsorted_segment_sum(tf.gather(kernel, local) * weight,
-                                               entries.rows, everyone)
-        mine = shard.own(shard.collectives.allreduce_sum(partial), users)
+        mine = shard.own(shared_first_layer(entries, kernel, everyone, shard), users)
 
         def grad(upstream: tf.Tensor) -> tf.Tensor:
             upstream = shard.collectives.allgather(upstream)  # every user's, every rank's

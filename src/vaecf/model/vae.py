@@ -365,11 +365,12 @@ class MultVAE(keras.Model):
                             shard: item_shard.ItemShard
                             ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """``likelihood`` with the item layers sharded (``vaecf.model.shard``)."""
-        users = tf.shape(batch.user_idx, out_type=tf.int64)[0]
-        inputs, targets = (item_shard.global_entries(batch.rows, batch.item_idx, values,
-                                                     users, shard)
-                           for values in (self._input_values(batch, training, step),
-                                          batch.values))
+        users = tf.shape(batch.user_idx)[0]  # int32: see SparseDense.call
+        inputs = item_shard.global_entries(batch.rows, batch.item_idx,
+                                           self._input_values(batch, training, step), users,
+                                           shard)
+        # the targets are the same entries with their own values: rows and items gathered once
+        targets = inputs._replace(values=shard.collectives.allgather(batch.values))
         hidden, mu, logvar = self._dense(self.encoder_hidden.sharded(inputs, users, shard),
                                          batch.user_idx, step, training)
         return (self.decoder_out.sharded_nll(hidden, targets, self.item_chunk, shard), mu,

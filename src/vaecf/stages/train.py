@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(and the last)")
     add("--checkpoint-interval", type=_seconds, default=600.0, metavar="SECONDS",
         help="checkpoint after the first epoch ending this long after the previous "
-        "checkpoint, after the last epoch and on SIGTERM (0: every epoch)")
+        "checkpoint, after the last epoch and on SIGTERM or SIGINT (0: every epoch)")
     add("--checkpoint-every", type=_positive, help="also checkpoint every N epochs "
         "(1: every epoch, as before)")
     add("--steps-per-epoch", type=_positive, help="steps per epoch [default: one pass over "

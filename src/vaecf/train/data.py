@@ -12,8 +12,9 @@ that every step is full), and rank ``r`` of ``W`` takes the ``r``-th contiguous 
 process would see, for any world size.
 
 The entries of a batch are padded (value 0 entries) to a size the host chooses: a multiple of
-a fixed granule, or under ``--xla`` one size per epoch, so the compiled step sees a shape or
-two per run instead of one per batch.
+a fixed granule, or under ``--xla`` and ``--shard-items`` one size per epoch, so the compiled
+step sees a shape or two per run instead of one per batch (and sharded ranks, whose step
+holds collectives, step on the same shape).
 
 Placement (decided here alone, STYLE.md 13): on a GPU host the CSR arrays live on the GPU
 (ML-20M's are ~40 MB) with the epoch's permutation, and each batch is gathered there by ops
@@ -93,7 +94,8 @@ class BatchMaker:
       device: keep the matrix on this device and gather batches there (``resident_device``).
       one_size: pad every batch of an epoch to one size, a ``bucket`` of the largest batch
         of any rank (``--xla`` compiles the step once per shape: per batch, 12-15 compiles
-        at batch 500 on ML-20M-shaped data, each at different steps on different ranks).
+        at batch 500 on ML-20M-shaped data, each at different steps on different ranks;
+        ``--shard-items`` ranks must run the same collectives on the same shapes).
     """
 
     def __init__(self, matrix: sp.csr_matrix, granule: int = 1,

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import math
 
+from vaecf.train.config import DEFAULT_BATCH_SIZE, TrainConfig
+
 LR_RULES = ("none", "sqrt", "linear")
-BASE_BATCH = 500  # users per step the base learning rate was tuned at (the paper, one device)
-BASE_LEARNING_RATE = 1e-3  # vaecf train's default
+# vaecf train's defaults: the paper's learning rate at its users per step (one device)
+BASE_BATCH, BASE_LEARNING_RATE = DEFAULT_BATCH_SIZE, TrainConfig.learning_rate
 
 
 def scaled_learning_rate(global_batch: int, rule: str,

@@ -133,18 +133,18 @@ class Trainer:
     def _check_compatible(self, found: checkpoint.Checkpoint) -> None:
         saved = found.meta.get("parameters", {})
         if found.meta.get("split_digest") != self.split_digest:
-            raise VaecfError(f"{self.config.checkpoint_dir}/{found.name}: written for another "
+            raise VaecfError(f"{self.checkpoint_dir}/{found.name}: written for another "
                              f"split (split digest {str(found.meta.get('split_digest'))[:12]}, "
                              f"this split's {self.split_digest[:12]}; use another "
                              "--checkpoint-dir to start afresh)")
         if found.meta.get("n_items") != self.n_items:
-            raise VaecfError(f"{self.config.checkpoint_dir}/{found.name}: written for "
+            raise VaecfError(f"{self.checkpoint_dir}/{found.name}: written for "
                              f"{found.meta.get('n_items')} items, the split has {self.n_items}")
         for key in STATE_PARAMETERS:
             ours = self.config.parameters()[key]
             if saved.get(key) != ours:
                 flag = "--" + key.replace("_", "-")
-                raise VaecfError(f"{self.config.checkpoint_dir}/{found.name}: written with "
+                raise VaecfError(f"{self.checkpoint_dir}/{found.name}: written with "
                                  f"{flag} {saved.get(key)}, this run has {ours} (use another "
                                  "--checkpoint-dir to start afresh)")
 
@@ -186,8 +186,8 @@ class Trainer:
         """Train from the current state to ``config.epochs``.
 
         A SIGTERM (Kubernetes stopping the pod) or SIGINT (Ctrl-C) ends the run after the
-        current epoch, with a checkpoint on rank 0, so a rerun resumes there; a second signal
-        acts at once.
+        current epoch, with a checkpoint (rank 0's, or every rank's shard with
+        ``--shard-items``), so a rerun resumes there; a second signal acts at once.
         """
         with checkpoint.stop_request() as stop:
             self._fit(stop)
@@ -215,7 +215,8 @@ class Trainer:
             due = bool(signalled) or self._checkpoint_due(epoch, saved)
             if self.model.shard is not None:  # every rank writes its shard, or none does
                 due = dist.broadcast_object(due, self.runtime)
-                self.state.log = dist.broadcast_object(self.state.log, self.runtime)
+                if due:  # its checkpoint holds rank 0's log
+                    self.state.log = dist.broadcast_object(self.state.log, self.runtime)
             if due and (self.runtime.is_chief or self.model.shard is not None):
                 self.save_checkpoint()
                 saved = time.monotonic()
