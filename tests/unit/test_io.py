@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -367,3 +369,27 @@ def test_a_run_that_began_before_the_parent_folders_existed_still_holds_the_outp
     with publish(str(target), TOY) as again:  # the lock is gone with its holder
         _write_stage(again, b"again")
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["a"]
+
+
+def _blocked_signals(thread: threading.Thread) -> set[int]:
+    """The signals ``thread`` blocks, from its /proc status (SigBlk, a hex mask)."""
+    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+    mask = int(next(line.split()[1] for line in status.splitlines()
+                    if line.startswith("SigBlk:")), 16)
+    return {number for number in range(1, 65) if mask >> (number - 1) & 1}
+
+
+def test_the_s3_lease_renewal_leaves_sigterm_and_sigint_to_the_main_thread(
+        s3_bucket: str) -> None:
+    """A signal the renewal thread took would not interrupt the main thread's blocking read
+    (``launch-mpijob`` watching its job with an S3 output): the cancellation would wait."""
+    from vaecf.io import locks
+
+    held = locks.Lease(f"s3://{s3_bucket}/out")
+    held.acquire()
+    try:
+        assert {signal.SIGTERM, signal.SIGINT} <= _blocked_signals(held._thread)
+        assert not {signal.SIGTERM, signal.SIGINT} & signal.pthread_sigmask(signal.SIG_BLOCK,
+                                                                            set())
+    finally:
+        held.release()

@@ -28,6 +28,7 @@ from typing import Any
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import storage
+from vaecf.threads import start_daemon
 
 RENEW_SECONDS = 20.0
 STALE_SECONDS = 120.0
@@ -126,8 +127,7 @@ class Lease:
             self.etag = probe
             log.warning(f"vaecf: warning: {self.output}: this S3 server ignores conditional writes "
                         "(If-None-Match), so nothing stops two runs writing this output at once")
-        self._thread = threading.Thread(target=self._renew, daemon=True)
-        self._thread.start()
+        self._thread = start_daemon(self._renew)  # SIGTERM stays the main thread's
 
     def _take_over_stale(self) -> None:
         """Delete a killed run's lease (conditional on its ETag) and create ours, or refuse."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from vaecf import log
 from vaecf.errors import VaecfError
+from vaecf.threads import start_daemon
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
 LAUNCHER_SELECTOR = ("training.kubeflow.org/job-name={name},"
@@ -202,17 +203,8 @@ class MPIJobRun:
         if not ready:
             return
         self._streamed.add(ready[0])
-        self._log_thread = threading.Thread(target=self._stream_log, args=(ready[0],),
-                                            daemon=True)
-        # Started with SIGTERM/SIGINT blocked (a thread inherits the mask): a process-directed
-        # signal delivered to the log thread would not interrupt the main thread's blocking
-        # watch read, and the cancellation (delete the job) would wait for the watch to time
-        # out (seen in CI under load). Blocked here, it always reaches the main thread.
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
-        try:
-            self._log_thread.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        # SIGTERM must reach the main thread's watch: the cancellation deletes the job
+        self._log_thread = start_daemon(self._stream_log, ready[0])
         if wait:
             self._log_thread.join()
 
