@@ -29,10 +29,54 @@ def test_a_model_over_the_memory_is_refused_with_the_figures(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The machine's free memory varies: pin it to 1 GiB to check the comparison."""
     monkeypatch.setattr(memory, "available_bytes", lambda: memory.GIB)
-    memory.check_fits(20_000, 600, 200, 500)  # ML-20M's size: ~0.4 GiB
+    memory.check_fits(20_000, 600, 200, 500, None)  # ML-20M's size: ~0.4 GiB
     with pytest.raises(VaecfError) as refused:
-        memory.check_fits(20_000, 4_000, 200, 500)  # ~2.5 GiB
+        memory.check_fits(20_000, 4_000, 200, 500, None)  # ~2.5 GiB
     assert str(refused.value) == (
         "--hidden 4000 --latent 200 with 20,000 items: training needs at least 2.5 GiB of "
         "memory (162,428,400 parameters with Adam's moments), 1.0 GiB is available (use a "
         "smaller --hidden, --latent or --batch-size)")
+
+
+def test_the_check_counts_the_logits_a_step_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A million items at batch 4,096: whole logits (and their gradient) are 32.8 GB, more
+    than the parameters' 6.4 GB; the chunked likelihood holds one chunk of them at a time.
+    A 16 GiB host refuses the whole step and takes the chunked one."""
+    monkeypatch.setattr(memory, "available_bytes", lambda: 16 * memory.GIB)
+    with pytest.raises(VaecfError, match=r"training needs at least 36\.5 GiB"):
+        memory.check_fits(1_000_000, 200, 64, 4_096, None)
+    memory.check_fits(1_000_000, 200, 64, 4_096, 4_096)
+    assert memory.training_bytes(1_000_000, 200, 64, 4_096, 4_096) == (
+        memory.parameters(1_000_000, 200, 64) * memory.BYTES_PER_PARAMETER + 4_096 * 4_096 * 8)
+
+
+def test_a_sharded_trainer_checks_its_shard_and_the_whole_batch(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """The trainer checks what it will hold, before it builds the model: with --shard-items
+    over 2 ranks, its half of the (padded) item layers and both ranks' rows, which the
+    sharded step scores on every rank."""
+    import types
+
+    import numpy as np
+    import scipy.sparse as sp
+
+    from vaecf.train import horovod as dist
+    from vaecf.train.config import TrainConfig
+    from vaecf.train.trainer import Trainer
+
+    checked = []
+
+    def check_fits(*args):
+        checked.append(args)
+        raise VaecfError("refused")
+
+    monkeypatch.setattr(memory, "check_fits", check_fits)
+    train = sp.csr_matrix(np.ones((64, 30), np.float32))  # 30 items, padded to 32
+    config = TrainConfig(split="", output="", checkpoint_dir=str(tmp_path), batch_size=16,
+                         hidden=8, latent=4, shard_items=True)
+    hvd = types.SimpleNamespace(allgather=None)  # referenced, never called before the check
+    for rank in (0, 1):
+        runtime = dist.Runtime(rank=rank, size=2, local_rank=rank, hosts=1, hvd=hvd)
+        with pytest.raises(VaecfError, match="refused"):
+            Trainer(config, runtime, train, (train[:8], train[8:16]), split_digest="x")
+    assert checked == [(16, 8, 4, 16, None)] * 2

@@ -33,12 +33,14 @@ def parameters(n_items: int, hidden: int, latent: int) -> int:
             + (hidden + 1) * items)
 
 
-def training_bytes(n_items: int, hidden: int, latent: int, local_batch: int) -> int:
+def training_bytes(n_items: int, hidden: int, latent: int, users: int,
+                   chunk: int | None) -> int:
     """A lower bound of one process's training memory: the parameters' state
-    (``BYTES_PER_PARAMETER`` each) and the float32 logits of a batch and their gradient."""
+    (``BYTES_PER_PARAMETER`` each) and the float32 logits of one step's ``users`` over the
+    items it holds at once (``chunk`` of them, or all when None), with their gradient."""
     from vaecf.model.vae import padded_items
 
-    logits = local_batch * padded_items(n_items) * 4 * 2
+    logits = users * (chunk or padded_items(n_items)) * 4 * 2
     return parameters(n_items, hidden, latent) * BYTES_PER_PARAMETER + logits
 
 
@@ -66,8 +68,12 @@ def available_bytes() -> int | None:
     return min(found) if found else None
 
 
-def check_fits(n_items: int, hidden: int, latent: int, local_batch: int) -> None:
+def check_fits(n_items: int, hidden: int, latent: int, users: int, chunk: int | None) -> None:
     """Refuse, in one line naming the flags, a model too large to train in this process.
+
+    ``n_items`` are the items this process holds (its shard's with ``--shard-items``);
+    ``users`` the rows of its step's logits (the whole batch when sharded, where every rank
+    scores every row) and ``chunk`` the items of those logits held at once.
 
     On a GPU the host bound still applies (best weights and checkpoints live on the host);
     TensorFlow has no public call for a GPU's total memory, so the device's own limit is
@@ -78,7 +84,7 @@ def check_fits(n_items: int, hidden: int, latent: int, local_batch: int) -> None
     if count > MAX_PARAMETERS:
         raise VaecfError(f"{what}: {count:,} parameters, more than the {MAX_PARAMETERS:,} "
                          "this trainer supports (use a smaller --hidden or --latent)")
-    needed = training_bytes(n_items, hidden, latent, local_batch)
+    needed = training_bytes(n_items, hidden, latent, users, chunk)
     free = available_bytes()
     if free is not None and needed > free:
         raise VaecfError(f"{what}: training needs at least {needed / GIB:,.1f} GiB of memory "

@@ -23,7 +23,6 @@ from vaecf.data.splits import Split, load_split
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, write_manifest
 from vaecf.train import horovod as dist
-from vaecf.train import memory
 from vaecf.train.config import TrainConfig
 from vaecf.train.export import export
 from vaecf.train.trainer import Trainer
@@ -42,10 +41,6 @@ def train(config: TrainConfig) -> None:
             split_dir = stack.enter_context(open_input(config.split))
             split = load_split(split_dir)
             config = fit_batch(config, split.train.shape[0], runtime.size)
-            # --shard-items: each process holds its share of the item layers
-            held = -(-split.n_items // runtime.size) if config.shard_items else split.n_items
-            memory.check_fits(held, config.hidden, config.latent,
-                              config.batch_size // runtime.size)
             log.info(f"training on {split.train.shape[0]:,} users x {split.n_items:,} items, "
                      f"world size {runtime.size}, {config.precision}, "
                      f"batch {config.batch_size}")

@@ -23,7 +23,7 @@ from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.metrics import evaluate
 from vaecf.model import MultVAE, choose_item_chunk, padded_items
-from vaecf.train import checkpoint, data
+from vaecf.train import checkpoint, data, memory
 from vaecf.train import horovod as dist
 from vaecf.train.config import STATE_PARAMETERS, TrainConfig
 from vaecf.train.tracking import VAL_KEYS, EpochTracker
@@ -76,9 +76,11 @@ class Trainer:
         local = config.batch_size // runtime.size
         shard = dist.item_shard(runtime, padded_items(self.n_items)) if config.shard_items \
             else None
-        chunk = choose_item_chunk(local * runtime.size if shard else local,
-                                  shard.width if shard else padded_items(self.n_items),
+        users = local * runtime.size if shard else local  # rows of one step's logits
+        chunk = choose_item_chunk(users, shard.width if shard else padded_items(self.n_items),
                                   config.item_chunk)
+        memory.check_fits(shard.width if shard else self.n_items, config.hidden, config.latent,
+                          users, chunk)
         self.model = MultVAE(self.n_items, hidden=config.hidden, latent=config.latent,
                              dropout=config.dropout, policy=config.keras_policy,
                              seed=config.seed, xla=config.xla, item_chunk=chunk, shard=shard)
