@@ -68,9 +68,9 @@ images:
 	$(CONTAINER_TOOL) build -f docker/train.Dockerfile --build-arg FLAVOUR=cpu \
 	  -t $(REGISTRY)/vaecf-train-cpu:$(TAG) .
 
-# Builds the data, launcher and both train images with buildah on a bootstrapped stand-in for
-# their base and runs them (see docker/check-images.sh; root, Debian; ~11 minutes from clean
-# without the GPU train image, whose build alone took ~49 minutes on 2 busy cores).
+# Builds the data, launcher, serve and both train images with buildah on a bootstrapped
+# stand-in for their base, runs them and removes them (see docker/check-images.sh; root,
+# Debian; ~12 minutes on 2 cores, ~30 GB of free disk).
 image-check:
 	docker/check-images.sh
 

@@ -5,8 +5,10 @@
 # one), `horovodrun -np 2` of a short `vaecf train` on a tiny synthetic split that the data image
 # made (CPU flavour), `vaecf train --help` in the GPU flavour (no GPU here to train on), and
 # `vaecf serve` of the model so trained (one v1 and one v2 request on loopback, then SIGTERM and
-# exit status 0). Run by `make image-check`; needs root (buildah's storage, debootstrap) and
-# installs its own prerequisites with apt-get on Debian.
+# exit status 0). Each image is removed once checked, in two phases (the GPU train image
+# alone in the second), so that the disk holds at most ~30 GB of them. Run by `make
+# image-check`; needs root (buildah's storage, debootstrap) and installs its own prerequisites
+# with apt-get on Debian.
 #
 # The pinned base python:3.11.11-slim-bookworm cannot be pulled here (no registry), so a
 # stand-in of the same name is bootstrapped with debootstrap. It differs from the real base:
@@ -95,7 +97,7 @@ stand_in_base() {
 build() {  # build NAME DOCKERFILE [ARGS...]: logs to CHECK_DIR/NAME.log
   local name=$1 file=$2 began=$SECONDS
   shift 2
-  if ! buildah bud --isolation chroot --pull=never --layers=false -f "$file" "$@" \
+  if ! buildah bud --isolation chroot --pull=never --layers=false --force-rm -f "$file" "$@" \
       -t "vaecf-$name:$TAG" . > "$CHECK_DIR/build-$name.log" 2>&1; then
     tail -n 40 "$CHECK_DIR/build-$name.log"; fail "building vaecf-$name (log: $CHECK_DIR/build-$name.log)"
   fi
@@ -103,18 +105,49 @@ build() {  # build NAME DOCKERFILE [ARGS...]: logs to CHECK_DIR/NAME.log
 }
 
 # One working container per image for all its checks (each `buildah from` is a full copy of
-# the image with the vfs driver); removed on exit.
+# the image with the vfs driver). Each phase removes its containers and images when its checks
+# pass, and the exit trap whatever is left, so a run leaves only the stand-in base behind.
 declare -A CONTAINERS=()
-remove_containers() {
-  local ctr
-  for ctr in "${CONTAINERS[@]}"; do buildah rm "$ctr" >/dev/null || true; done
-}
-open_containers() {
+remove_images() {  # remove_images IMAGE...: their working containers, then the images
   local image
-  trap remove_containers EXIT
-  for image in data launcher train-cpu serve train; do
+  for image in "$@"; do
+    if [ -n "${CONTAINERS[$image]:-}" ]; then
+      buildah rm "${CONTAINERS[$image]}" >/dev/null || true
+      unset "CONTAINERS[$image]"
+    fi
+    buildah rmi "vaecf-$image:$TAG" >/dev/null 2>&1 || true
+  done
+}
+open_containers() {  # open_containers IMAGE...
+  local image
+  for image in "$@"; do
     CONTAINERS[$image]=$(buildah from --pull=never "vaecf-$image:$TAG")
   done
+}
+
+# The peak disk use of the run, sampled every 5 s on the filesystems of buildah's storage and
+# of its temporary files (a commit stages the whole image there): what CI's disk must hold.
+GRAPH_ROOT= DISK_LOG=
+disk_used() {
+  df -B1 --output=source,used "$GRAPH_ROOT" "${TMPDIR:-/var/tmp}" \
+    | awk 'NR > 1 && !seen[$1]++ {used += $2} END {print used}'
+}
+start_disk_sampler() {
+  GRAPH_ROOT=$(buildah info --format '{{.store.GraphRoot}}')
+  DISK_LOG=$CHECK_DIR/disk-used.log
+  say "$(df -h --output=avail "$GRAPH_ROOT" | tail -n 1 | tr -d ' ') free for buildah's storage ($GRAPH_ROOT)"
+  disk_used > "$DISK_LOG"
+  while sleep 5; do disk_used >> "$DISK_LOG"; done &
+}
+peak_disk() {  # the most used above the first sample, in GB (10^9 bytes)
+  disk_used >> "$DISK_LOG"
+  awk 'NR == 1 {base = $1} $1 > peak {peak = $1} END {printf "%.1f GB", (peak - base) / 1e9}' "$DISK_LOG"
+}
+cleanup() {  # the disk sampler and a build still running when a check failed, then the images
+  local jobs
+  jobs=$(jobs -p)
+  [ -z "$jobs" ] || kill $jobs 2>/dev/null || true
+  remove_images data launcher train-cpu serve train
 }
 
 # in_image IMAGE USER CMD...: runs CMD in IMAGE's container with CHECK_DIR/data at /data.
@@ -231,25 +264,33 @@ main() {
   pick_storage_driver
   mkdir -p "$CHECK_DIR"
   say "storage driver $STORAGE_DRIVER"
+  trap cleanup EXIT
+  remove_images data launcher train-cpu serve train  # left by an interrupted run
   stand_in_base
-  # The train images compile Horovod (CPU-bound) while the others mostly download.
+  start_disk_sampler
+  # Two phases, so that the disk holds the GPU image alone, not every image at once. First the
+  # CPU train image (its Horovod compile is CPU-bound) beside the data, launcher and serve images
+  # (mostly downloads), all checked, then removed.
   build train-cpu docker/train.Dockerfile --build-arg FLAVOUR=cpu &
   local train=$!
-  build train docker/train.Dockerfile &
-  local train_gpu=$!
   build data docker/data.Dockerfile
   build launcher docker/launcher.Dockerfile
   build serve docker/serve.Dockerfile
   wait "$train" || fail "train-cpu build"
-  wait "$train_gpu" || fail "train (GPU) build"
   buildah images --filter "reference=vaecf-*:$TAG"
-  open_containers
+  open_containers data launcher train-cpu serve
   check_data
   check_launcher
   check_train
   check_serve
+  remove_images data launcher train-cpu serve
+  # Then the GPU train image, the largest, alone.
+  build train docker/train.Dockerfile
+  buildah images --filter "reference=vaecf-train:$TAG"
+  open_containers train
   check_train_gpu
-  say "all images built and ran"
+  remove_images train
+  say "all images built and ran; peak disk use $(peak_disk) above the start"
 }
 
 main "$@"
