@@ -87,6 +87,15 @@ def test_bad_flags_fail_in_one_line_with_nothing_sent(env, cli, extra, message) 
     assert server.cluster.requests == []
 
 
+def test_a_template_of_another_kind_fails_in_one_line_with_nothing_sent(env, cli) -> None:
+    mpijob = render.default_template()  # an applicable manifest, but not an InferenceService
+    with env["server"] as server:
+        code, _, err = cli(*argv(env, "--template", str(mpijob)))
+    assert (code, err) == (1, f"vaecf deploy: error: {mpijob}: not an InferenceService "
+                              "manifest\n")
+    assert server.cluster.requests == []
+
+
 def test_rendering_keeps_the_template_s_policy() -> None:
     template = inferenceservice.load_template(inferenceservice.default_template())
     params = inferenceservice.ServiceParams(name="recs", namespace="ns", run_id="r 1",

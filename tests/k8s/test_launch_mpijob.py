@@ -15,7 +15,7 @@ import pytest
 from fake_apiserver import FakeApiServer, Scenario
 
 from vaecf.io import publish, read_manifest, storage, write_manifest
-from vaecf.k8s import render
+from vaecf.k8s import inferenceservice, render
 
 RUN_ID = "2f0c1a9e-6a4b-4b3e-9d8e-0123456789ab"
 JOB = "vaecf-train-2f0c1a9e-6a4b-4b3e-9d8e-0123456789ab"
@@ -181,6 +181,19 @@ def test_bad_input_creates_nothing(env, cli, monkeypatch, extra, message) -> Non
         code, _, err = cli(*argv(env, *extra))
     assert code == 1
     assert message in err and err.count("\n") == 1
+    assert server.cluster.requests == []
+
+
+def test_a_template_that_is_not_an_mpijob_creates_nothing(env, cli, monkeypatch) -> None:
+    service = inferenceservice.default_template()
+    missing = env["tmp"] / "no-such.yaml"
+    with serve(env, monkeypatch, Scenario()) as server:
+        other = cli(*argv(env, "--template", str(service)))
+        absent = cli(*argv(env, "--template", str(missing)))
+    assert other == (1, "", f"vaecf launch-mpijob: error: {service}: not an MPIJob manifest\n")
+    assert absent[0] == 1 and absent[2].count("\n") == 1
+    assert absent[2].startswith(f"vaecf launch-mpijob: error: {missing}: cannot read the "
+                                "MPIJob template ([Errno 2] No such file or directory")
     assert server.cluster.requests == []
 
 

@@ -10,7 +10,6 @@ get, then create (absent) or a merge patch (present).
 from __future__ import annotations
 
 import copy
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,10 +37,7 @@ class ServiceParams:
 
 def default_template() -> Path:
     """``$VAECF_INFERENCESERVICE_TEMPLATE`` (set in the launcher image), else the repo's."""
-    configured = os.environ.get(TEMPLATE_ENV)
-    if configured:
-        return Path(configured)
-    return Path(__file__).resolve().parents[3] / "manifests" / "serving" / "inferenceservice.yaml"
+    return render.default_template(TEMPLATE_ENV, "serving/inferenceservice.yaml")
 
 
 def validate(params: ServiceParams) -> None:
@@ -93,15 +89,7 @@ def render_service(template: dict[str, Any], params: ServiceParams) -> dict[str,
 
 
 def load_template(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        template: dict[str, Any] = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise VaecfError(f"{path}: cannot read the InferenceService template ({err})") from err
-    if not isinstance(template, dict):
-        raise VaecfError(f"{path}: not an InferenceService manifest")
-    return template
+    return render.load_template(path, "InferenceService")
 
 
 def apply(api_client: Any, service: dict[str, Any]) -> str:

@@ -143,23 +143,25 @@ def validate(params: MPIJobParams) -> None:
         split_s3(uri)  # raises on a malformed bucket
 
 
-def default_template() -> Path:
-    """``$VAECF_MPIJOB_TEMPLATE`` (set in the launcher image), else the repository's file."""
-    configured = os.environ.get(TEMPLATE_ENV)
+def default_template(env: str = TEMPLATE_ENV, name: str = "mpijob.yaml") -> Path:
+    """``$env`` (set in the launcher image), else the repository's ``manifests/<name>``; by
+    default the MPIJob's."""
+    configured = os.environ.get(env)
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[3] / "manifests" / "mpijob.yaml"
+    return Path(__file__).resolve().parents[3] / "manifests" / name
 
 
-def load_template(path: Path) -> dict[str, Any]:
+def load_template(path: Path, kind: str = "MPIJob") -> dict[str, Any]:
+    """The ``kind`` manifest at ``path``, refused in one line if unreadable or of another kind."""
     import yaml
 
     try:
         template: dict[str, Any] = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
-        raise VaecfError(f"{path}: cannot read the MPIJob template ({err})") from err
-    if not isinstance(template, dict) or template.get("kind") != "MPIJob":
-        raise VaecfError(f"{path}: not an MPIJob manifest")
+        raise VaecfError(f"{path}: cannot read the {kind} template ({err})") from err
+    if not isinstance(template, dict) or template.get("kind") != kind:
+        raise VaecfError(f"{path}: not an {kind} manifest")
     return template
 
 
