@@ -14,6 +14,8 @@ from vaecf.errors import VaecfError
 from vaecf.report import accuracy, benchstats, data_identity, speed
 from vaecf.report.document import Section, Table, fmt, fmt_count, to_html, to_markdown
 from vaecf.report.inputs import read_benchmark, read_metrics, read_train_log
+from vaecf.train.tracking import VAL_KEYS
+from vaecf.tuning.trials import read_trials
 
 LOG = [
     {"epoch": 1, "step": 10, "epoch_seconds": 5.0, "users_per_second": 100.0,
@@ -246,6 +248,17 @@ def test_malformed_inputs_name_the_file_and_line(tmp_path: Path) -> None:
     log.write_text(json.dumps({"epoch": 1, "loss": "nan?"}) + "\n")
     with pytest.raises(VaecfError, match=r"line 1: missing or non-numeric loss, kl"):
         read_train_log(str(log))
+    trials = tmp_path / "trials.jsonl"
+    trial = {"trial": 0, "params": {}, "val": {k: 0.1 for k in VAL_KEYS}}
+    trials.write_text(json.dumps(trial) + "\n\n{oops\n")  # a blank line is skipped
+    with pytest.raises(VaecfError, match=r"trials.jsonl: line 3: not valid JSON"):
+        read_trials(str(trials))
+    trials.write_text(json.dumps(trial) + "\n" + json.dumps({"params": {}}) + "\n")
+    with pytest.raises(VaecfError, match=r"trials.jsonl: line 2: expected a trial with"):
+        read_trials(str(trials))
+    trials.write_text("\n")
+    with pytest.raises(VaecfError, match=r"trials.jsonl: no trials"):
+        read_trials(str(trials))
     metrics = tmp_path / "metrics.json"
     metrics.write_text(json.dumps(_metrics(0.4, 0.1) | {"baselines": {"ease": {}}}))
     with pytest.raises(VaecfError, match=r"metrics.json: baselines.ease: 'recall_at_20'"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from vaecf.errors import VaecfError
 from vaecf.io import storage
@@ -231,6 +233,21 @@ def open_input_file(uri: str) -> Iterator[Path]:
         storage.download_file(uri, dest)
         with _named_as(dest, uri):
             yield dest
+
+
+def read_jsonl(uri: str) -> list[tuple[int, Any]]:
+    """The JSON value of each non-blank line of ``uri`` (path, ``file://`` or ``s3://``), with
+    its line number; a line that is not JSON is an error naming the file and the line."""
+    with open_input_file(uri) as path:
+        lines = path.read_text(errors="replace").splitlines()
+    values = []
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            try:
+                values.append((number, json.loads(line)))
+            except ValueError as err:
+                raise VaecfError(f"{uri}: line {number}: not valid JSON ({err})") from None
+    return values
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vaecf.errors import VaecfError
-from vaecf.io import open_input, open_input_file, read_manifest
+from vaecf.io import open_input, open_input_file, read_jsonl, read_manifest
 from vaecf.tuning.trials import read_trials
 
 METRIC_KEYS = ("recall_at_20", "recall_at_50", "ndcg_at_100")
@@ -56,15 +56,7 @@ def read_json(uri: str) -> dict[str, Any]:
 def read_train_log(uri: str) -> list[dict[str, Any]]:
     """The epochs of ``train_log.jsonl`` (one JSON object per line), checked."""
     epochs: list[dict[str, Any]] = []
-    with open_input_file(uri) as path:
-        lines = path.read_text(errors="replace").splitlines()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except ValueError as err:
-            raise VaecfError(f"{uri}: line {number}: not valid JSON ({err})") from err
+    for number, entry in read_jsonl(uri):
         if not isinstance(entry, dict):
             raise VaecfError(f"{uri}: line {number}: expected a JSON object")
         bad = [k for k in TRAIN_LOG_KEYS if not _is_number(entry.get(k))]

@@ -22,7 +22,7 @@ from typing import Any
 
 from vaecf import log
 from vaecf.errors import VaecfError
-from vaecf.io import open_input, open_input_file, read_manifest
+from vaecf.io import open_input, read_jsonl, read_manifest
 from vaecf.train.tracking import VAL_KEYS
 from vaecf.tuning.space import SEARCHABLE
 
@@ -100,14 +100,8 @@ def write_trials(path: Path, records: list[dict[str, Any]]) -> None:
 
 def read_trials(uri: str) -> list[dict[str, Any]]:
     """``trials.jsonl``, checked: every line a trial with params and validation metrics."""
-    with open_input_file(uri) as path:
-        lines = path.read_text(errors="replace").splitlines()
     found = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            entry = json.loads(line)
-        except ValueError as err:
-            raise VaecfError(f"{uri}: line {number}: not valid JSON ({err})") from None
+    for number, entry in read_jsonl(uri):
         ok = (isinstance(entry, dict) and isinstance(entry.get("params"), dict)
               and isinstance(entry.get("val"), dict)
               and all(isinstance(entry["val"].get(k), int | float) for k in VAL_KEYS))
