@@ -209,16 +209,16 @@ class Trainer:
                     log.info(_describe(record))
                     self.tracker.epoch_end(record)
             # The flag is read once: a signal arriving after this read stops the next epoch,
-            # never this one without its checkpoint. Every rank stops after the same epoch.
+            # never this one without its checkpoint. One gather settles both decisions on every
+            # rank: all stop after the same epoch, and rank 0's clock says whether a checkpoint
+            # is due (sharded, every rank writes its shard or none does).
             signalled = [stop.signal_name] if stop.is_set() else []
-            if self.runtime.size > 1:
-                signalled = sorted({name for names in dist.gather_object(signalled, self.runtime)
-                                    for name in names})
             due = bool(signalled) or self._checkpoint_due(epoch, saved)
-            if self.model.shard is not None:  # every rank writes its shard, or none does
-                due = dist.broadcast_object(due, self.runtime)
-                if due:  # its checkpoint holds rank 0's log
-                    self.state.log = dist.broadcast_object(self.state.log, self.runtime)
+            views = dist.gather_object((signalled, due), self.runtime)
+            signalled = sorted({name for names, _ in views for name in names})
+            due = bool(signalled) or views[0][1]
+            if due and self.model.shard is not None:  # its checkpoint holds rank 0's log
+                self.state.log = dist.broadcast_object(self.state.log, self.runtime)
             if due and (self.runtime.is_chief or self.model.shard is not None):
                 self.save_checkpoint()
                 saved = time.monotonic()
