@@ -62,10 +62,9 @@ def validate(params: ServiceParams) -> None:
 
 
 def render_service(template: dict[str, Any], params: ServiceParams) -> dict[str, Any]:
-    """The InferenceService for ``params``: a deep copy of ``template`` with its fields set."""
+    """The InferenceService for ``params``: a deep copy of ``template`` (``load_template``'s,
+    its kind checked) with its fields set."""
     validate(params)
-    if template.get("kind") != "InferenceService":
-        raise VaecfError("InferenceService template: not an InferenceService manifest")
     service = copy.deepcopy(template)
     metadata = service.setdefault("metadata", {})
     metadata["name"], metadata["namespace"] = params.name, params.namespace
