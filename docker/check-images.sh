@@ -107,6 +107,7 @@ build() {  # build NAME DOCKERFILE [ARGS...]: logs to CHECK_DIR/NAME.log
 # One working container per image for all its checks (each `buildah from` is a full copy of
 # the image with the vfs driver). Each phase removes its containers and images when its checks
 # pass, and the exit trap whatever is left, so a run leaves only the stand-in base behind.
+IMAGES=(data launcher train-cpu serve train)
 declare -A CONTAINERS=()
 remove_images() {  # remove_images IMAGE...: their working containers, then the images
   local image
@@ -147,7 +148,7 @@ cleanup() {  # the disk sampler and a build still running when a check failed, t
   local jobs
   jobs=$(jobs -p)
   [ -z "$jobs" ] || kill $jobs 2>/dev/null || true
-  remove_images data launcher train-cpu serve train
+  remove_images "${IMAGES[@]}"
 }
 
 # in_image IMAGE USER CMD...: runs CMD in IMAGE's container with CHECK_DIR/data at /data.
@@ -265,7 +266,7 @@ main() {
   mkdir -p "$CHECK_DIR"
   say "storage driver $STORAGE_DRIVER"
   trap cleanup EXIT
-  remove_images data launcher train-cpu serve train  # left by an interrupted run
+  remove_images "${IMAGES[@]}"  # left by an interrupted run
   stand_in_base
   start_disk_sampler
   # Two phases, so that the disk holds the GPU image alone, not every image at once. First the

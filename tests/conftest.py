@@ -13,8 +13,6 @@ BIN = Path(sys.executable).parent
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-
-
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[str]:
     """A moto S3 server on 127.0.0.1; yields its endpoint URL."""
