@@ -72,8 +72,8 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
     def vaecf(dataset: str = "synthetic",
               source: Optional[str] = None,  # noqa: UP045 (kfp needs typing.Optional)
               protocol: str = "mission", seed: str = "98765", epochs: str = "50",
-              batch_per_rank: str = "1024", lr_scaling: str = "sqrt", precision: str = "fp32",
-              workers: str = "2", gpus_per_worker: str = "1", compression: str = "none",
+              batch_per_rank: str = "1024", lr_scaling: str = "sqrt",
+              precision: str = "mixed_bfloat16", xla: str = "true", workers: str = "2", gpus_per_worker: str = "1", compression: str = "none",
               nccl_debug: str = "WARN", s3_bucket: str = "vaecf", s3_prefix: str = "runs",
               s3_secret: str = "vaecf-s3", train_image: str = images.train,
               serve: str = "false", serve_image: str = images.serve) -> None:
@@ -84,7 +84,7 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
                         s3_bucket=s3_bucket, s3_prefix=s3_prefix, workers=workers,
                         gpus_per_worker=gpus_per_worker, epochs=epochs,
                         batch_per_rank=batch_per_rank, lr_scaling=lr_scaling,
-                        precision=precision, seed=seed, compression=compression,
+                        precision=precision, xla=xla, seed=seed, compression=compression,
                         nccl_debug=nccl_debug, s3_secret=s3_secret)
         trained.set_container_image(images.launcher).set_caching_options(False)
         retry_io(use_s3_credentials(trained, s3_secret))  # re-attaches to its own MPIJob

@@ -56,8 +56,9 @@ def build_sweep(images: Images = DEFAULT, parallelism: int = PARALLELISM,
     def vaecf_sweep(dataset: str = "synthetic",
                     source: Optional[str] = None,  # noqa: UP045 (kfp needs typing.Optional)
                     protocol: str = "mission", seed: str = "98765",
-                    batch_per_rank: str = "1024", precision: str = "fp32", workers: str = "2",
-                    gpus_per_worker: str = "1", s3_bucket: str = "vaecf",
+                    batch_per_rank: str = "1024", precision: str = "mixed_bfloat16",
+                    xla: str = "true", workers: str = "2", gpus_per_worker: str = "1",
+                    s3_bucket: str = "vaecf",
                     s3_prefix: str = "sweeps", s3_secret: str = "vaecf-s3",
                     train_image: str = images.train) -> None:
         splitted = data_steps(images, dataset, source, protocol, seed, s3_secret)
@@ -68,7 +69,7 @@ def build_sweep(images: Images = DEFAULT, parallelism: int = PARALLELISM,
                             run_id=dsl.PIPELINE_TASK_ID_PLACEHOLDER, train_image=train_image,
                             s3_bucket=s3_bucket, s3_prefix=s3_prefix, workers=workers,
                             gpus_per_worker=gpus_per_worker, batch_per_rank=batch_per_rank,
-                            precision=precision, seed=seed, s3_secret=s3_secret,
+                            precision=precision, xla=xla, seed=seed, s3_secret=s3_secret,
                             hyperparameters=trial)
             trained.set_container_image(images.launcher).set_caching_options(False)
             retry_io(use_s3_credentials(trained, s3_secret))

@@ -14,7 +14,8 @@ from components.images import DEFAULT
 def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image: str,
           s3_bucket: str, s3_prefix: str, workers: str = "2", gpus_per_worker: str = "1",
           epochs: str = "100", batch_per_rank: str = "1024", lr_scaling: str = "sqrt",
-          precision: str = "fp32", seed: str = "98765", compression: str = "none",
+          precision: str = "mixed_bfloat16", xla: str = "true", seed: str = "98765",
+          compression: str = "none",
           nccl_debug: str = "WARN", s3_secret: str = "vaecf-s3",
           timeout_seconds: int = 172800, hyperparameters: str = "{}"
           ) -> dsl.ContainerSpec:
@@ -32,6 +33,8 @@ def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image:
       batch_per_rank: users per step on each rank (one rank per GPU); the global batch is
         this x workers x GPUs per worker.
       lr_scaling: how the learning rate follows the global batch (none, sqrt, linear).
+      precision, xla: the step's precision and XLA compilation ("true" or "false"); the
+        defaults were the fastest measured on one H100 (README, "Results").
       compression: gradient allreduce format, none or fp16 (for workers on several hosts).
       nccl_debug: NCCL_DEBUG of every rank (INFO names the transport NCCL chose).
       workers, gpus_per_worker, epochs, batch_per_rank, seed: decimal integers as text, so
@@ -49,7 +52,8 @@ def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image:
               "--run-id", run_id, "--image", train_image,
               "--workers", workers, "--gpus-per-worker", gpus_per_worker,
               "--epochs", epochs, "--batch-per-rank", batch_per_rank,
-              "--lr-scaling", lr_scaling, "--precision", precision, "--seed", seed,
+              "--lr-scaling", lr_scaling, "--precision", precision, "--xla", xla,
+              "--seed", seed,
               "--compression", compression, "--nccl-debug", nccl_debug,
               "--secret-name", s3_secret, "--timeout", timeout_seconds,
               "--hyperparameters", hyperparameters],

@@ -211,8 +211,11 @@ def test_rendered_jobs_carry_their_parameters() -> None:
         RENDERED["1x8-bf16"].image}
     assert "--xla" in pod(JOBS["rendered-4x4-gpu"], "Launcher")["containers"][0]["args"]
     assert "--compression" not in pod(job, "Launcher")["containers"][0]["args"]  # none
-    assert render.train_command(params(workers=4, compression="fp16"))[-2:] == [
-        "--compression", "fp16"]
+    fp16 = render.train_command(params(workers=4, compression="fp16"))
+    assert fp16[fp16.index("--compression") + 1] == "fp16"
+    # The GPU defaults measured on an H100 (README "Results"); --xla false leaves XLA off.
+    assert fp16[fp16.index("--precision") + 1] == "mixed_bfloat16" and "--xla" in fp16
+    assert "--xla" not in render.train_command(params(xla=False))
 
 
 def test_a_trials_learning_rate_replaces_the_scaled_one() -> None:

@@ -137,7 +137,13 @@ def test_every_flag_parses_with_the_real_cli(compiled, task) -> None:
     if task == "train":
         assert (args.store, args.run_id, args.workers, args.gpus_per_worker) == (
             "s3://vaecf/runs", RUN_ID, 2, 1)
-        assert (args.epochs, args.precision, args.secret_name) == (50, "fp32", "vaecf-s3")
+        assert (args.epochs, args.precision, args.secret_name) == (50, "mixed_bfloat16",
+                                                                   "vaecf-s3")
+        # the GPU step's measured defaults (README "Results"), the MPIJob's as well
+        assert (args.precision, args.xla == "true") == (render.MPIJobParams.precision,
+                                                        render.MPIJobParams.xla)
+        assert build_parser(stage).parse_args(
+            command_line(spec, task, xla="false")).xla == "false"
         # the MPIJob's multi-GPU defaults (vaecf.k8s.render), kept in step with the pipeline's
         assert (args.batch_per_rank, args.lr_scaling) == (render.BATCH_PER_RANK,
                                                           render.LR_SCALING)

@@ -84,9 +84,10 @@ def test_each_step_passes_flags_its_cli_accepts(compiled) -> None:
     trial = DEFAULT_TRIALS[3]
     train = resolved_args(compiled, "train", {"hyperparameters": trial, "run_id": TASK_ID,
                                               "s3_bucket": "b", "s3_prefix": "sweeps",
-                                              "precision": "fp32"})
+                                              "precision": "fp32", "xla": "false"})
     args = build_parser("launch-mpijob").parse_args(train)
     assert (args.hyperparameters, args.run_id) == (trial, TASK_ID)  # one MPIJob per trial
+    assert (args.precision, args.xla) == ("fp32", "false")
     validate = build_parser("evaluate").parse_args(resolved_args(compiled, "validate-trial", {}))
     assert (validate.subset, validate.baselines) == ("val", [])
     best = build_parser("tune").parse_args(resolved_args(compiled, "select-best", {}))

@@ -89,3 +89,11 @@ def test_item_chunk_is_chosen_by_the_size_of_the_logits() -> None:
     assert choose_item_chunk(1024, 1_000_000, None) == (64 << 20) // (4 * 1024)
     assert choose_item_chunk(1024, 1_000_000, 0) is None  # --item-chunk 0
     assert choose_item_chunk(1024, 64, 4096) == 4096  # --item-chunk N as given
+
+
+def test_a_gpu_keeps_the_whole_logits_of_a_large_batch() -> None:
+    # One H100, fp32, no --xla: 16,384 users x 20,096 items chunked ran 4.3x slower per user
+    # than 4,096 users whole; the same batch on a CPU is chunked (1.3 GB of logits).
+    assert choose_item_chunk(16_384, 20_096, None, "GPU") is None
+    assert choose_item_chunk(16_384, 20_096, None, "CPU") == (64 << 20) // (4 * 16_384)
+    assert choose_item_chunk(16_384, 1_000_000, None, "GPU") == (64 << 20) // (4 * 16_384)

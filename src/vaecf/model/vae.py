@@ -28,7 +28,12 @@ from vaecf.model import shard as item_shard
 from vaecf.model.layers import Affine, ItemLogits, ItemRange, SparseDense, first_layer_form
 
 PAD_MULTIPLE = 8
-WHOLE_LOGITS_BYTES = 1 << 30  # one step's float32 logits above this: chunked likelihood
+# One step's float32 logits above this, on a device of this kind: chunked likelihood.
+# CPU: measured on 2 cores (fp32), the chunked step was ~2x slower (see choose_item_chunk).
+# GPU: measured on one H100 (2026-11-26, fp32, no --xla), 16,384 users x 20,096 items (1.3 GB
+# of logits) chunked ran at 123k users/s, 4.3x slower per user than 4,096 users whole (533k);
+# 4 GiB of whole logits (with the softmax and the gradient ~12 GiB) fits a 16 GB GPU.
+WHOLE_LOGITS_BYTES = {"CPU": 1 << 30, "GPU": 4 << 30}
 CHUNK_LOGITS_BYTES = 64 << 20  # float32 logits of one chunk (chunk = this / 4 / users)
 
 
@@ -53,11 +58,13 @@ def padded_items(n_items: int) -> int:
     return -(-n_items // PAD_MULTIPLE) * PAD_MULTIPLE
 
 
-def choose_item_chunk(users: int, n_padded: int, requested: int | None) -> int | None:
+def choose_item_chunk(users: int, n_padded: int, requested: int | None,
+                      device_kind: str = "CPU") -> int | None:
     """Items per chunk of the training likelihood for ``users`` per step (None: unchunked).
 
     ``requested`` 0 means unchunked and a positive count is taken as given. By default the
-    likelihood is chunked only once one step's float32 logits pass ``WHOLE_LOGITS_BYTES``:
+    likelihood is chunked only once one step's float32 logits pass ``WHOLE_LOGITS_BYTES`` of
+    the ``device_kind`` (``"CPU"`` or ``"GPU"``) that computes them:
     measured on 2 CPU cores (fp32), the chunked step was ~2x slower (it recomputes the
     decoder product backward) and its item-sized kernel gradient is copied once more, so it
     pays off only where the [users, items] arrays (logits, softmax, gradient) dominate:
@@ -65,7 +72,7 @@ def choose_item_chunk(users: int, n_padded: int, requested: int | None) -> int |
     """
     if requested is not None:
         return requested or None
-    if users * n_padded * 4 <= WHOLE_LOGITS_BYTES:
+    if users * n_padded * 4 <= WHOLE_LOGITS_BYTES[device_kind]:
         return None
     return max(PAD_MULTIPLE, min(n_padded, CHUNK_LOGITS_BYTES // (4 * max(users, 1))))
 

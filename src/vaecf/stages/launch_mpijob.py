@@ -46,9 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr-scaling", default=render.LR_SCALING,
                         help="learning rate 1e-3 at 500 users per step, scaled to the global "
                              f"batch: {', '.join(LR_RULES)}")
-    parser.add_argument("--precision", choices=render.PRECISIONS, default="fp32")
+    parser.add_argument("--precision", choices=render.PRECISIONS,
+                        default=render.MPIJobParams.precision,
+                        help="[default: %(default)s, the fastest measured on a GPU]")
     parser.add_argument("--seed", type=seed, default=0)
-    parser.add_argument("--xla", action="store_true")
+    parser.add_argument("--xla", nargs="?", const="true", default="true",
+                        choices=("true", "false"),
+                        help="compile the training step with XLA (--xla false: off) "
+                             "[default: %(default)s]")
     parser.add_argument("--compression", default="none",
                         help="gradient allreduce format: none or fp16 (halves the bytes "
                              "between hosts)")
@@ -88,7 +93,8 @@ def params_from_args(args: argparse.Namespace) -> render.MPIJobParams:
         workers=args.workers, gpus_per_worker=args.gpus_per_worker,
         slots_per_worker=args.slots_per_worker or max(1, args.gpus_per_worker),
         epochs=epochs, batch_per_rank=args.batch_per_rank, lr_scaling=args.lr_scaling,
-        precision=args.precision, seed=args.seed, xla=args.xla, compression=args.compression,
+        precision=args.precision, seed=args.seed, xla=args.xla == "true",
+        compression=args.compression,
         nccl_debug=args.nccl_debug, secret_name=args.secret_name,
         tensorboard_uri=f"{store}/{name}/tensorboard" if args.tensorboard else None,
         train_flags=tuple(train_flags(trial)))

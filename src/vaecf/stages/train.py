@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the training users]")
     add("--item-chunk", type=_non_negative, metavar="N", help="compute the training "
         "likelihood over chunks of N items, never holding the [users, items] logits (0: "
-        "whole) [default: chunked when one process's step would hold over 1 GiB of logits]")
+        "whole) [default: chunked when one process's step would hold over 1 GiB of logits on "
+        "a CPU, 4 GiB on a GPU]")
     add("--shard-items", action="store_true", help="each process holds its share of the "
         "items' first-layer rows and decoder columns (catalogues beyond one device); "
         "checkpoints resume on the same number of processes only")

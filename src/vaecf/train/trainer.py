@@ -77,8 +77,9 @@ class Trainer:
         shard = dist.item_shard(runtime, padded_items(self.n_items)) if config.shard_items \
             else None
         users = local * runtime.size if shard else local  # rows of one step's logits
+        device = data.resident_device()
         chunk = choose_item_chunk(users, shard.width if shard else padded_items(self.n_items),
-                                  config.item_chunk)
+                                  config.item_chunk, "GPU" if device else "CPU")
         memory.check_fits(shard.width if shard else self.n_items, config.hidden, config.latent,
                           users, chunk)
         self.model = MultVAE(self.n_items, hidden=config.hidden, latent=config.latent,
@@ -94,7 +95,7 @@ class Trainer:
         self.optimizer.build(self.model.trainable_variables)
         self.step_fn = dist.make_train_step(self.model, self.optimizer, config, runtime)
         self.maker = data.BatchMaker(train, data.pad_granule(train, local),
-                                     device=data.resident_device(),
+                                     device=device,
                                      one_size=config.xla or config.shard_items)
         self.state = State()
         self.tracker = EpochTracker(config.tensorboard_dir)  # used on rank 0 only
