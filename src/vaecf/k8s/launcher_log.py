@@ -28,14 +28,6 @@ POLL_SECONDS = 5.0  # between looks for a started launcher pod
 FINISH_GRACE = 30.0  # after the job finished, how long its last log lines may take
 
 
-def launcher_pods(core: Any, namespace: str, name: str, timeout: float) -> list[Any]:
-    """The job's launcher pods, oldest first (no retry here: the follower looks again)."""
-    pods = client.call(f"mpijob {namespace}/{name}: list launcher pods",
-                       core.list_namespaced_pod, namespace, budget=0, timeout=timeout,
-                       label_selector=LAUNCHER_SELECTOR.format(name=name)).items
-    return sorted(pods, key=lambda p: str(p.metadata.creation_timestamp or ""))
-
-
 class LauncherLog:
     """Prints the launcher container's log from a daemon thread (SIGTERM stays with the main
     thread, whose cancellation deletes the job)."""
@@ -51,6 +43,7 @@ class LauncherLog:
         self._shown_at_last = 0  # lines shown with that timestamp
         self._skip = 0  # of those, how many the current stream has yet to repeat
         self._complaint = ""
+        self._abandoned = False
 
     def start(self) -> None:
         if self._thread is None:
@@ -61,14 +54,16 @@ class LauncherLog:
         self._wake.set()
 
     def finish(self, grace: float = FINISH_GRACE) -> None:
-        """The job has finished: print what is left of the log, waiting up to ``grace`` s."""
+        """The job has finished: print what is left of the log, waiting up to ``grace`` s;
+        with no grace, the step has given up on the job: print nothing more."""
+        self._abandoned = grace <= 0
         self._finished.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(grace)
 
     def _follow(self) -> None:
-        while True:
+        while not self._abandoned:
             finished = self._finished.is_set()
             pod = self._pod()
             if pod is not None:
@@ -79,13 +74,17 @@ class LauncherLog:
             self._wake.clear()
 
     def _pod(self) -> str | None:
-        """The newest launcher pod that has started, if any."""
+        """The newest launcher pod that has started, if any (no retry here: the loop looks
+        again)."""
         try:
-            pods = launcher_pods(self._core, self._namespace, self._name, self._timeout)
+            pods = client.call(f"mpijob {self._namespace}/{self._name}: list launcher pods",
+                               self._core.list_namespaced_pod, self._namespace, budget=0,
+                               timeout=self._timeout,
+                               label_selector=LAUNCHER_SELECTOR.format(name=self._name)).items
         except client.ApiError as err:
-            self._complain(f"(launcher pods of mpijob {self._namespace}/{self._name} "
-                           f"unavailable: {err})")
+            self._complain(f"({err})")
             return None
+        pods.sort(key=lambda p: str(p.metadata.creation_timestamp or ""))
         started = [p.metadata.name for p in pods if p.status and p.status.phase in STARTED]
         return started[-1] if started else None
 
@@ -111,6 +110,8 @@ class LauncherLog:
 
     def _show(self, line: str) -> None:
         """Print ``line`` (``<RFC 3339 timestamp> <text>``) unless it was shown already."""
+        if self._abandoned:
+            return
         stamp, _, text = line.partition(" ")
         try:
             when = datetime.fromisoformat(stamp)
@@ -130,6 +131,6 @@ class LauncherLog:
 
     def _complain(self, message: str) -> None:
         """Log a failure once, not at every retry."""
-        if message != self._complaint:
+        if message != self._complaint and not self._abandoned:
             self._complaint = message
             log.info(message)

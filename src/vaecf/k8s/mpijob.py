@@ -19,16 +19,14 @@ from typing import Any, NoReturn
 
 from vaecf import log
 from vaecf.errors import VaecfError
-from vaecf.k8s import client
+from vaecf.k8s import client, events
 from vaecf.k8s.launcher_log import LauncherLog
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 WATCH_CHUNK_SECONDS = 60  # the server ends each watch after this; the next resumes from it
 START_BUDGET = 300.0  # seconds to reach the API server when creating (restarts take ~1 min)
 DELETE_BUDGET = 20.0  # within the pod's default 30 s termination grace after SIGTERM
 GONE_WAIT = 300.0  # how long a job in deletion (pods ending) may take to disappear
-EVENT_PODS = 20  # pods whose events the diagnostics read
 
 
 class Cancelled(BaseException):
@@ -66,15 +64,6 @@ def terminal_condition(job: dict[str, Any]) -> tuple[str, str] | None:
             message = condition.get("message") or ""
             return condition["type"], f"{reason}: {message}".strip(": ")
     return None
-
-
-def event_time(event: Any) -> str:
-    """When an event last happened, as a sortable ISO string."""
-    for when in (event.last_timestamp, event.event_time, event.first_timestamp,
-                 event.metadata.creation_timestamp if event.metadata else None):
-        if when is not None:
-            return when.isoformat() if hasattr(when, "isoformat") else str(when)
-    return ""
 
 
 class MPIJobRun:
@@ -324,29 +313,14 @@ class MPIJobRun:
         finally:  # an early return leaves the server streaming: drop the connection
             response.close()
 
-    def report_warnings(self, limit: int = 10) -> None:
-        """Log this job's and its pods' latest Warning events, oldest first: why a job is
-        stuck or failed (e.g. ``FailedScheduling: 0/4 nodes have enough nvidia.com/gpu``).
-        Only events of the job itself (by uid), its launcher Job and its pods (by name)."""
+    def report_warnings(self) -> None:
+        """Log why the job is stuck or failed: its latest Warning events (never fatal)."""
         try:
-            pods = self._call("list pods", self._core.list_namespaced_pod, self.namespace,
-                              label_selector=f"{JOB_NAME_LABEL}={self.name}",
-                              budget=self.timeout).items
-            selectors = [f"involvedObject.uid={self.uid}" if self.uid
-                         else f"involvedObject.kind=MPIJob,involvedObject.name={self.name}",
-                         f"involvedObject.kind=Job,involvedObject.name={self.name}-launcher"]
-            selectors += [f"involvedObject.kind=Pod,involvedObject.name={p.metadata.name}"
-                          for p in pods[:EVENT_PODS]]
-            events = [event for selector in selectors
-                      for event in self._call("list events", self._core.list_namespaced_event,
-                                              self.namespace, budget=self.timeout,
-                                              field_selector=f"{selector},type=Warning").items]
-        except client.ApiError as err:  # diagnostics only, never fatal
+            for line in events.warnings(self._core, self.namespace, self.name, self.uid,
+                                        self.timeout):
+                log.info(line)
+        except client.ApiError as err:
             log.info(f"(events unavailable: {err})")
-            return
-        for event in sorted(events, key=event_time)[-limit:]:
-            log.info(f"event {event.involved_object.kind}/{event.involved_object.name}: "
-                     f"{event.reason}: {event.message}")
 
     def _finish(self, state: str, message: str) -> str:
         self.log.finish()
