@@ -235,8 +235,8 @@ def test_a_name_too_long_for_the_workers_pod_names_is_refused() -> None:
     from vaecf.errors import VaecfError
 
     params = render.MPIJobParams(
-        name="v" * 55, namespace="team-a", run_id="r", image=IMAGE, split_uri="s3://b/s",
-        model_uri="s3://b/m", checkpoint_uri="s3://b/c", workers=16)
+        name="v" * 55, namespace="team-a", run_id="r", image=IMAGE, split_uri="s3://bkt/s",
+        model_uri="s3://bkt/m", checkpoint_uri="s3://bkt/c", workers=16)
     with pytest.raises(VaecfError, match=r"its pod 'v{55}-worker-15' would not be a DNS-1035"):
         render.validate(params)
 

@@ -155,9 +155,9 @@ class MPIJobRun:
     def delete(self, budget: float = DELETE_BUDGET) -> bool:
         """Delete the job this step follows and, in the foreground, its pods (frees the GPUs).
         Returns False if it was gone (or replaced by another job of that name)."""
-        options = {"propagationPolicy": "Foreground"}
+        options: dict[str, Any] = {"propagationPolicy": "Foreground"}
         if self.uid:  # never a job of the same name that someone else created since
-            options["preconditions"] = {"uid": self.uid}  # type: ignore[assignment]
+            options["preconditions"] = {"uid": self.uid}
         try:
             self._call("delete", self._custom.delete_namespaced_custom_object, GROUP, VERSION,
                        self.namespace, PLURAL, self.name, body=options, budget=budget)
@@ -200,6 +200,8 @@ class MPIJobRun:
             raise
         except VaecfError as err:
             self.give_up(str(err).removeprefix(f"{self.ref}: "))
+        except Exception as err:  # never leave the job holding GPUs, whatever went wrong
+            self.give_up(f"failed while following it ({type(err).__name__}: {err})")
         if outcome is None:
             self.report_warnings()
             trouble = f" (last trouble: {self._trouble})" if self._trouble else ""
@@ -234,13 +236,14 @@ class MPIJobRun:
             if (remaining := deadline - time.monotonic()) <= 0:
                 return None
             pause: float | None = 0.0
+            opened, quiet = time.monotonic(), True
             try:
                 for kind, obj in self._events(job["metadata"]["resourceVersion"], remaining):
                     if kind == "ERROR":
                         pause = self._watch_error(obj, attempt)
                         attempt += 1
                         break
-                    attempt = 0
+                    attempt, quiet = 0, False
                     if kind == "DELETED":
                         raise DeletedElsewhere(f"{self.ref} was deleted by someone other "
                                                "than this step while it followed the job")
@@ -251,6 +254,11 @@ class MPIJobRun:
                     if (outcome := self._check(job)) is not None:
                         return outcome
                     self.log.wake()
+                else:
+                    if quiet and time.monotonic() - opened < 1.0:  # closed at once: no spin
+                        self._trouble = "watch: closed by the server at once"
+                        pause = client.backoff(attempt)
+                        attempt += 1
             except client.ApiError as err:
                 if err.status == 410:  # Gone: our resourceVersion is too old; start afresh
                     pause = None
