@@ -1,39 +1,93 @@
 """A small, real Kubernetes API server on loopback: just what ``vaecf launch-mpijob`` and
-``vaecf deploy`` call.
+``vaecf deploy`` call, behaving as a real one does when things go wrong.
 
 It speaks plain HTTP on 127.0.0.1 to the real ``kubernetes`` client: create/get/delete of
-MPIJobs, the MPIJob watch (one JSON event per line), pod list by label and a pod log stream;
-get, create and merge-patch of InferenceServices.
-A ``Scenario`` scripts what the watched job goes through; every request is recorded so tests
-can assert on what the launcher sent (e.g. the DELETE after SIGTERM).
+MPIJobs and their watch (one JSON event per line, from the ``resourceVersion`` asked for,
+until ``timeoutSeconds``), pod list by label, a pod log stream (``container``, ``timestamps``,
+``sinceSeconds``), events by field selector; get, create and merge-patch of InferenceServices.
+Like a real API server it validates fields strictly when asked (``fieldValidation=Strict``:
+MPIJobs against mpi-operator's CRD schema), answers 409 while a job is being deleted, sends
+DELETED events, and a ``Scenario`` scripts what goes wrong: stalls (a request accepted and
+never answered), a restart (connection refused, then back), watch ERROR events, a log stream
+that ends while the pod runs, a sidecar in the launcher pod, Warning headers.
+Every request is recorded so tests can assert on what the launcher sent.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import yaml
 from loopback_http import JsonHandler, Request
 
-MPIJOBS = "/apis/kubeflow.org/v2beta1/namespaces/{ns}/mpijobs"
-LAUNCHER_POD = "{name}-launcher"
+CRD = Path(__file__).resolve().parents[1] / "manifests" / "schemas" / "mpijob-crd-v2beta1.yaml"
+# KServe v1beta1: an InferenceServiceSpec has exactly these components (each a pod-like spec)
+INFERENCESERVICE_SCHEMA: dict[str, Any] = {"type": "object", "properties": {
+    "apiVersion": {}, "kind": {}, "metadata": {"x-kubernetes-preserve-unknown-fields": True},
+    "status": {"x-kubernetes-preserve-unknown-fields": True},
+    "spec": {"type": "object", "properties": {
+        part: {"x-kubernetes-preserve-unknown-fields": True}
+        for part in ("predictor", "explainer", "transformer")}}}}
+TERMINAL = ("Succeeded", "Failed")
+STEP_SECONDS = 0.05  # between two states of a job
 
 
 @dataclass
 class Scenario:
-    """What the cluster does with the job: its states in order, then (maybe) nothing more."""
+    """What the cluster does with the job and to the step."""
 
+    # the job's states in order once watched; "Deleted": someone deletes it (a DELETED event)
     states: list[str] = field(default_factory=lambda: ["Running", "Succeeded"])
-    hold_watch: bool = False  # keep the watch open after the last state (timeout, SIGTERM)
     log_lines: list[str] = field(default_factory=list)
+    log_drops: list[int] = field(default_factory=list)  # the stream ends after these lines
+    sidecar: bool = False  # the launcher pod has a second container (a mesh proxy)
     existing: dict[str, Any] | None = None  # a job created by an earlier attempt
+    deletion_seconds: float = 0.0  # how long a deleted job stays (finalizers, pods ending)
     events: list[dict[str, Any]] = field(default_factory=list)
     on_create: Callable[[dict[str, Any]], None] | None = None  # plays the trainer's part
+    # requests accepted and never answered, by kind ("watch", "GET", "DELETE", "log", ...)
+    stall: dict[str, int] = field(default_factory=dict)
+    watch_errors: list[dict[str, Any]] = field(default_factory=list)  # a Status per watch
+    restart_at_watch: int | None = None  # this watch (1-based) finds the server restarting
+    down_seconds: float = 1.5
+    warnings: list[str] = field(default_factory=list)  # Warning headers on create/patch
+
+
+def unknown_field(value: Any, schema: dict[str, Any], path: str = "") -> str | None:
+    """The first field of ``value`` its structural ``schema`` does not declare, if any."""
+    if schema.get("x-kubernetes-preserve-unknown-fields") or not isinstance(value, (dict, list)):
+        return None
+    if isinstance(value, list):
+        items = schema.get("items", {})
+        return next((found for i, item in enumerate(value)
+                     if (found := unknown_field(item, items, f"{path}[{i}]"))), None)
+    properties, additional = schema.get("properties"), schema.get("additionalProperties")
+    if properties is None:
+        if isinstance(additional, dict):
+            return next((found for key, item in value.items()
+                         if (found := unknown_field(item, additional, f"{path}.{key}"))), None)
+        if additional or path.endswith("metadata") or not value:
+            return None  # a map of anything, or object metadata (checked on its own)
+        return f"{path}.{next(iter(value))}"
+    for key, item in value.items():
+        where = f"{path}.{key}" if path else key
+        if key not in properties:
+            return where
+        if (found := unknown_field(item, properties[key], where)) is not None:
+            return found
+    return None
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class FakeCluster:
@@ -44,20 +98,149 @@ class FakeCluster:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.services: dict[str, dict[str, Any]] = {}  # InferenceServices by name
         self.requests: list[Request] = []
+        self.history: list[tuple[int, str, dict[str, Any]]] = []  # (rv, type, job) per change
+        self.lock = threading.RLock()
         self.stop = threading.Event()
         self.watching = threading.Event()
+        self.log_done = threading.Event()  # the whole log has been sent once
+        self.restart: Callable[[float], None] = lambda seconds: None
+        self.generation = 0  # goes up at each restart: open streams end
+        self._rv = 1
+        self._uids = 0
+        self._driven: set[str] = set()
+        self._watches = 0
+        self._logs = 0
+        self._stalls = dict(scenario.stall)
+        self.log_base = datetime.now(UTC) - timedelta(seconds=30)
+        self.mpijob_schema = yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"][
+            "openAPIV3Schema"]
         if scenario.existing is not None:
-            self.jobs[scenario.existing["metadata"]["name"]] = scenario.existing
+            metadata = scenario.existing["metadata"]
+            self.jobs[metadata["name"]] = scenario.existing
+            if metadata.get("deletionTimestamp"):  # its pods are ending: gone in a moment
+                threading.Timer(scenario.deletion_seconds, self._remove,
+                                (metadata["name"], metadata["uid"])).start()
+        if not scenario.log_lines:
+            self.log_done.set()
 
     def seen(self, method: str, suffix: str = "") -> list[Request]:
         return [r for r in self.requests if r.method == method and r.path.endswith(suffix)]
 
-    def set_state(self, name: str, state: str) -> dict[str, Any]:
-        job = self.jobs[name]
-        message = "launcher exited with code 1" if state == "Failed" else f"job is {state}"
-        job.setdefault("status", {})["conditions"] = [
-            {"type": state, "status": "True", "reason": f"MPIJob{state}", "message": message}]
-        return job
+    def stalls(self, kind: str) -> bool:
+        """Whether this request of ``kind`` is one the scenario never answers."""
+        with self.lock:
+            if self._stalls.get(kind, 0) > 0:
+                self._stalls[kind] -= 1
+                return True
+        return False
+
+    def change(self, kind: str, job: dict[str, Any]) -> None:
+        """Record a change of ``job`` (a new resourceVersion, an event for watchers)."""
+        with self.lock:
+            self._rv += 1
+            job["metadata"]["resourceVersion"] = str(self._rv)
+            self.history.append((self._rv, kind, json.loads(json.dumps(job))))
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            self._uids += 1
+            body["metadata"]["uid"] = f"uid-{self._uids}"
+            body["metadata"]["creationTimestamp"] = now()
+            self.jobs[body["metadata"]["name"]] = body
+            self.change("ADDED", body)
+        return body
+
+    def set_state(self, name: str, state: str) -> None:
+        with self.lock:
+            job = self.jobs[name]
+            message = "launcher exited with code 1" if state == "Failed" else f"job is {state}"
+            job.setdefault("status", {})["conditions"] = [
+                {"type": state, "status": "True", "reason": f"MPIJob{state}",
+                 "message": message}]
+            self.change("MODIFIED", job)
+
+    def delete(self, name: str, seconds: float) -> None:
+        """Delete ``name``: at once (a DELETED event), or after ``seconds`` in deletion."""
+        with self.lock:
+            job = self.jobs[name]
+            if seconds <= 0:
+                del self.jobs[name]
+                self.change("DELETED", job)
+                return
+            if not job["metadata"].get("deletionTimestamp"):
+                job["metadata"]["deletionTimestamp"] = now()
+                self.change("MODIFIED", job)
+        uid = job["metadata"]["uid"]
+        threading.Timer(seconds, self._remove, (name, uid)).start()
+
+    def _remove(self, name: str, uid: str) -> None:
+        with self.lock:
+            job = self.jobs.get(name)
+            if job is not None and job["metadata"]["uid"] == uid:
+                del self.jobs[name]
+                self.change("DELETED", job)
+
+    def state(self, name: str) -> str | None:
+        job = self.jobs.get(name)
+        conditions = (job or {}).get("status", {}).get("conditions") or [{}]
+        return conditions[-1].get("type") if job else None
+
+    def drive(self, name: str) -> None:
+        """Play the operator's part: take the watched job through the scenario's states."""
+        with self.lock:
+            uid = self.jobs[name]["metadata"]["uid"]
+            if uid in self._driven:
+                return
+            self._driven.add(uid)
+        threading.Thread(target=self._drive, args=(name, uid), daemon=True).start()
+
+    def _drive(self, name: str, uid: str) -> None:
+        for state in self.scenario.states:
+            time.sleep(STEP_SECONDS)
+            if state in TERMINAL:  # training ends after its log (or 5 s, if never read)
+                self.log_done.wait(5)
+            with self.lock:
+                job = self.jobs.get(name)
+                if self.stop.is_set() or job is None or job["metadata"]["uid"] != uid:
+                    return
+                if state == "Deleted":
+                    self.delete(name, 0)
+                    return
+                self.set_state(name, state)
+
+    def next_watch(self) -> int:
+        with self.lock:
+            self._watches += 1
+            return self._watches
+
+    def next_log(self) -> int:
+        with self.lock:
+            self._logs += 1
+            return self._logs
+
+    def pods(self) -> list[dict[str, Any]]:
+        """The pods of every job: its launcher and its workers."""
+        pods = []
+        for name, job in list(self.jobs.items()):
+            state = self.state(name)
+            role_labels = {"training.kubeflow.org/job-name": name}
+            containers = [{"name": "launcher"}] + (
+                [{"name": "istio-proxy"}] if self.scenario.sidecar else [])
+            pods.append({"metadata": {"name": f"{name}-launcher-x7k2p", "labels": {
+                **role_labels, "training.kubeflow.org/job-role": "launcher"}},
+                "spec": {"containers": containers},
+                "status": {"phase": state if state in TERMINAL else "Running"}})
+            replicas = job.get("spec", {}).get("mpiReplicaSpecs", {}).get("Worker", {}).get(
+                "replicas", 0)
+            pods += [{"metadata": {"name": f"{name}-worker-{i}", "labels": {
+                **role_labels, "training.kubeflow.org/job-role": "worker"}},
+                "spec": {"containers": [{"name": "worker"}]}, "status": {"phase": "Running"}}
+                for i in range(replicas)]
+        return pods
+
+    def log_line(self, i: int) -> tuple[datetime, str]:
+        """Line ``i`` of the launcher's log and when it was written (two lines per ms)."""
+        return (self.log_base + timedelta(milliseconds=i // 2), self.scenario.log_lines[i])
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -73,44 +256,115 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+def matches(obj: dict[str, Any], selector: str) -> bool:
+    """Whether ``obj`` has every ``dotted.path=value`` of a field selector."""
+    for term in filter(None, selector.split(",")):
+        path, _, expected = term.partition("=")
+        value: Any = obj
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if str(value) != expected:
+            return False
+    return True
+
+
 class Handler(JsonHandler):
     cluster: FakeCluster  # set on the subclass made per server
+    protocol_version = "HTTP/1.1"  # streams are chunked, as the API server's and kubelet's
 
     def recorded(self) -> list[Request]:
         return self.cluster.requests
 
-    def _status(self, code: int, reason: str) -> None:
+    def _status(self, code: int, reason: str, message: str = "") -> None:
         self._json(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                          "reason": reason, "code": code})
+                          "reason": reason, "message": message, "code": code})
 
     def _stream_start(self, content_type: str) -> None:
         self.send_response(200)
         self.send_header("Content-Type", content_type)
+        self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Connection", "close")
         self.end_headers()
 
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _stream_end(self) -> None:
+        """A stream's proper end (a dropped one just closes the connection)."""
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _stalled(self, kind: str) -> bool:
+        """Accept the request and never answer it (a partition), if the scenario says so."""
+        if not self.cluster.stalls(kind):
+            return False
+        self.cluster.stop.wait()
+        self.close_connection = True
+        return True
+
+    def _body(self) -> dict[str, Any] | None:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length)) if length else None
+
+    def _refused_fields(self, request: Request, body: dict[str, Any]) -> bool:
+        """Strict field validation, as the API server does it when asked."""
+        if request.query.get("fieldValidation") != "Strict":
+            return False
+        kind = body.get("kind", "")
+        schema = self.cluster.mpijob_schema if kind == "MPIJob" else INFERENCESERVICE_SCHEMA
+        found = unknown_field(body, schema)
+        if found is None:
+            return False
+        version = str(body.get("apiVersion", "")).rpartition("/")[2]
+        self._status(400, "BadRequest", f'{kind} in version "{version}" cannot be handled as '
+                     f'a {kind}: strict decoding error: unknown field "{found}"')
+        return True
+
+    def _answer(self, code: int, body: dict[str, Any]) -> None:
+        """An answer to a create or patch, with the scenario's Warning headers."""
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for text in self.cluster.scenario.warnings:
+            self.send_header("Warning", f'299 - "{text}"')
+        self.end_headers()
+        self.wfile.write(data)
+
     def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self._body() or {}
         request = self._record(body)
+        if self._stalled("POST") or self._refused_fields(request, body):
+            return
         name = body["metadata"]["name"]
         if request.path.endswith("/inferenceservices"):
             if name in self.cluster.services:
                 return self._status(409, "AlreadyExists")
             self.cluster.services[name] = body
-            return self._json(201, body)
-        if name in self.cluster.jobs:
-            return self._status(409, "AlreadyExists")
-        body["metadata"]["resourceVersion"] = "1"
-        self.cluster.jobs[name] = body
+            return self._answer(201, body)
+        with self.cluster.lock:
+            if name in self.cluster.jobs:  # also while it is being deleted
+                return self._status(409, "AlreadyExists",
+                                    f'mpijobs.kubeflow.org "{name}" already exists')
+            self.cluster.create(body)
         if self.cluster.scenario.on_create is not None:
             self.cluster.scenario.on_create(body)
-        self._json(201, body)
+        self._answer(201, body)
 
     def do_DELETE(self) -> None:
-        request = self._record()
+        request = self._record(self._body())
+        if self._stalled("DELETE"):
+            return
         name = request.path.rsplit("/", 1)[-1]
-        if self.cluster.jobs.pop(name, None) is None:
-            return self._status(404, "NotFound")
+        with self.cluster.lock:
+            job = self.cluster.jobs.get(name)
+            if job is None:
+                return self._status(404, "NotFound", f'mpijobs.kubeflow.org "{name}" not found')
+            uid = ((request.body or {}).get("preconditions") or {}).get("uid")
+            if uid is not None and uid != job["metadata"]["uid"]:
+                return self._status(409, "Conflict", "Precondition failed: UID in precondition")
+            self.cluster.delete(name, self.cluster.scenario.deletion_seconds)
         self._json(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
 
     def do_GET(self) -> None:
@@ -118,6 +372,8 @@ class Handler(JsonHandler):
         parts = request.path.strip("/").split("/")
         if request.path.endswith("/mpijobs") and request.query.get("watch", "").lower() == "true":
             return self._watch(request)
+        if self._stalled("log" if request.path.endswith("/log") else "GET"):
+            return
         if len(parts) == 7 and parts[5] == "inferenceservices":
             service = self.cluster.services.get(parts[6])
             return self._json(200, service) if service else self._status(404, "NotFound")
@@ -125,72 +381,147 @@ class Handler(JsonHandler):
             job = self.cluster.jobs.get(parts[6])
             return self._json(200, job) if job else self._status(404, "NotFound")
         if request.path.endswith("/pods"):
-            return self._pods(parts[3])
+            selector = request.query.get("labelSelector", "")
+            wanted = dict(term.split("=", 1) for term in filter(None, selector.split(",")))
+            items = [p for p in self.cluster.pods()
+                     if wanted.items() <= p["metadata"]["labels"].items()]
+            return self._json(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                                    "items": items})
         if request.path.endswith("/log"):
-            return self._log()
+            return self._log(parts[5], request)
         if request.path.endswith("/events"):
+            selector = request.query.get("fieldSelector", "")
+            items = [e for e in self.cluster.scenario.events if matches(e, selector)]
             return self._json(200, {"kind": "EventList", "apiVersion": "v1", "metadata": {},
-                                    "items": self.cluster.scenario.events})
+                                    "items": items})
         self._status(404, "NotFound")
 
     def do_PATCH(self) -> None:
         """A JSON merge patch (RFC 7386) of an InferenceService."""
         assert self.headers["Content-Type"] == "application/merge-patch+json"
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self._body() or {}
         request = self._record(body)
+        if self._stalled("PATCH") or self._refused_fields(request, body):
+            return
         name = request.path.rsplit("/", 1)[-1]
         if name not in self.cluster.services:
             return self._status(404, "NotFound")
         self.cluster.services[name] = merge_patch(self.cluster.services[name], body)
-        self._json(200, self.cluster.services[name])
+        self._answer(200, self.cluster.services[name])
 
     def _watch(self, request: Request) -> None:
-        name = request.query.get("fieldSelector", "").removeprefix("metadata.name=")
-        self._stream_start("application/json")
-        self.cluster.watching.set()
-        if name not in self.cluster.jobs:
+        cluster, scenario = self.cluster, self.cluster.scenario
+        number = cluster.next_watch()
+        cluster.watching.set()
+        if number == scenario.restart_at_watch:  # the server goes away under this watch
+            threading.Thread(target=cluster.restart, args=(scenario.down_seconds,),
+                             daemon=True).start()
+            self.close_connection = True
             return
-        for version, state in enumerate(self.cluster.scenario.states, start=2):
-            job = self.cluster.set_state(name, state)
-            job["metadata"]["resourceVersion"] = str(version)
-            event = json.dumps({"type": "MODIFIED", "object": job}) + "\n"
-            self.wfile.write(event.encode())
-            self.wfile.flush()
-        if self.cluster.scenario.hold_watch:
-            self.cluster.stop.wait(float(request.query.get("timeoutSeconds", "60")))
+        if self._stalled("watch"):
+            return
+        name = request.query.get("fieldSelector", "").removeprefix("metadata.name=")
+        since = int(request.query.get("resourceVersion") or 0)
+        self._stream_start("application/json")
+        if number <= len(scenario.watch_errors):
+            status = {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                      **scenario.watch_errors[number - 1]}
+            self._send_event("ERROR", status)
+            return self._stream_end()
+        if name in cluster.jobs:
+            cluster.drive(name)
+        generation, ends = cluster.generation, time.monotonic() + float(
+            request.query.get("timeoutSeconds", "60"))
+        while (time.monotonic() < ends and not cluster.stop.is_set()
+               and generation == cluster.generation):
+            with cluster.lock:
+                news = [(rv, kind, job) for rv, kind, job in cluster.history
+                        if rv > since and job["metadata"]["name"] == name]
+            for rv, kind, job in news:
+                self._send_event(kind, job)
+                since = rv
+            time.sleep(0.02)
+        if generation == cluster.generation:
+            self._stream_end()  # else the restart cut it
 
-    def _pods(self, namespace: str) -> None:
-        items = [{"metadata": {"name": LAUNCHER_POD.format(name=name), "namespace": namespace},
-                  "status": {"phase": "Running"}} for name in self.cluster.jobs]
-        self._json(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {},
-                         "items": items})
+    def _send_event(self, kind: str, obj: dict[str, Any]) -> None:
+        self._chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
 
-    def _log(self) -> None:
+    def _log(self, pod: str, request: Request) -> None:
+        cluster = self.cluster
+        job = pod.removesuffix("-launcher-x7k2p")
+        containers = ["launcher", "istio-proxy"] if cluster.scenario.sidecar else ["launcher"]
+        container = request.query.get("container")
+        if container is None and len(containers) > 1:
+            return self._status(400, "BadRequest", "a container name must be specified for pod "
+                                f"{pod}, choose one of: [{' '.join(containers)}]")
+        if container not in (None, *containers):
+            return self._status(400, "BadRequest",
+                                f"container {container} is not valid for pod {pod}")
+        number = cluster.next_log()
+        lines = cluster.scenario.log_lines
+        drops = cluster.scenario.log_drops
+        end = drops[number - 1] if number <= len(drops) else len(lines)
+        since = request.query.get("sinceSeconds")
+        oldest = (datetime.now(UTC) - timedelta(seconds=int(since)) if since
+                  else cluster.log_base)
         self._stream_start("text/plain")
-        for line in self.cluster.scenario.log_lines:
-            self.wfile.write(line.encode() + b"\n")
-            self.wfile.flush()
+        for i in range(end):
+            when, text = cluster.log_line(i)
+            if when < oldest:
+                continue
+            stamp = when.strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
+            prefix = f"{stamp} " if request.query.get("timestamps", "").lower() == "true" else ""
+            self._chunk(f"{prefix}{text}\n".encode())
+        if end < len(lines):
+            return self._stream_end()  # the stream ends while the pod runs
+        cluster.log_done.set()
+        generation = cluster.generation
+        follow = request.query.get("follow", "").lower() == "true"
+        while (follow and cluster.state(job) not in TERMINAL and job in cluster.jobs
+               and not cluster.stop.is_set() and generation == cluster.generation):
+            time.sleep(0.02)  # follow: open while the launcher container runs
+        self._stream_end()
 
 
 class FakeApiServer:
-    """Runs a ``FakeCluster`` on a free loopback port in a thread."""
+    """Runs a ``FakeCluster`` on a free loopback port in a thread; ``restart`` takes it away
+    (connections refused, open streams cut) and brings it back on the same port."""
 
     def __init__(self, scenario: Scenario) -> None:
         self.cluster = FakeCluster(scenario)
-        handler = type("BoundHandler", (Handler,), {"cluster": self.cluster})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.cluster.restart = self.restart
+        self._handler = type("BoundHandler", (Handler,), {"cluster": self.cluster})
+        self._server = self._listen(0)
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.restarts = 0
+
+    def _listen(self, port: int) -> ThreadingHTTPServer:
+        server = ThreadingHTTPServer(("127.0.0.1", port), self._handler)
+        server.daemon_threads = True
+        return server
+
+    def _serve(self) -> None:
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def __enter__(self) -> FakeApiServer:
-        self._thread.start()
+        self._serve()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.cluster.stop.set()
         self._server.shutdown()
         self._server.server_close()
+
+    def restart(self, down_seconds: float) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self.cluster.generation += 1
+        time.sleep(down_seconds)
+        self._server = self._listen(self.port)
+        self.restarts += 1
+        self._serve()
 
     def write_kubeconfig(self, path: Path, namespace: str = "default") -> Path:
         """A kubeconfig whose only cluster is this server (plain HTTP, a dummy token)."""

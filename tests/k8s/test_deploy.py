@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -109,3 +110,29 @@ def test_rendering_keeps_the_template_s_policy() -> None:
     assert spec["securityContext"] == container(template)["securityContext"]
     assert spec["resources"] == container(template)["resources"]
     assert service["metadata"]["labels"][render.RUN_ID_LABEL] == "r-1"
+
+
+def test_unknown_template_fields_are_refused_and_warnings_shown(env, cli) -> None:
+    """Create and patch go with strict field validation: a misspelt field of an edited
+    template is refused in one line naming it (as kubectl apply does), not silently dropped;
+    the server's warnings are shown."""
+    template = inferenceservice.load_template(inferenceservice.default_template())
+    template["spec"]["transfomer"] = {"containers": []}  # transformer, misspelt
+    path = env["tmp"] / "isvc.yaml"
+    path.write_text(json.dumps(template))
+    env["server"].cluster.scenario.warnings = ["spec.predictor.minReplicas: 0 scales to zero"]
+    with env["server"] as server:
+        code, _, err = cli(*argv(env, "--template", str(path)))
+        assert (code, err) == (1, 'vaecf deploy: error: inferenceservice team-a/vaecf: create '
+                                  'failed: HTTP 400 Bad Request: InferenceService in version '
+                                  '"v1beta1" cannot be handled as a InferenceService: strict '
+                                  'decoding error: unknown field "spec.transfomer"\n')
+        assert server.cluster.services == {}
+        code, out, err = cli(*argv(env))
+        assert code == 0, err
+        code, out, err = cli(*argv(env))  # the patch
+        assert code == 0, err
+    assert ("inferenceservice team-a/vaecf: patch: the API server warns: "
+            "spec.predictor.minReplicas: 0 scales to zero\n") in out
+    sent = [r for r in server.cluster.requests if r.method in ("POST", "PATCH")]
+    assert [r.query.get("fieldValidation") for r in sent] == ["Strict"] * 3

@@ -51,6 +51,13 @@ def test_the_shipped_file_is_the_rendering() -> None:
         "regenerate: python -m vaecf.k8s.katib --output manifests/tuning/experiment.yaml")
 
 
+def test_the_experiment_goes_where_it_is_applied(shipped) -> None:
+    """No namespace in the file: `kubectl apply -n <ns>` puts it (and so its trials, which
+    need the Secret and the collector label there) in the user's namespace."""
+    assert "namespace" not in shipped["metadata"]
+    assert "namespace" not in shipped["spec"]["trialTemplate"]["trialSpec"]["metadata"]
+
+
 def test_enums_and_the_objective(shipped) -> None:
     spec = shipped["spec"]
     assert (shipped["apiVersion"], shipped["kind"]) == ("kubeflow.org/v1beta1", "Experiment")

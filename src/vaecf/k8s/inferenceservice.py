@@ -16,7 +16,7 @@ from typing import Any
 
 from vaecf.errors import VaecfError
 from vaecf.io.storage import is_s3, split_s3
-from vaecf.k8s import render
+from vaecf.k8s import client, render
 
 GROUP, VERSION, PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"
 TEMPLATE_ENV = "VAECF_INFERENCESERVICE_TEMPLATE"
@@ -91,28 +91,29 @@ def load_template(path: Path) -> dict[str, Any]:
     return render.load_template(path, "InferenceService")
 
 
-def apply(api_client: Any, service: dict[str, Any]) -> str:
-    """Create the service, or merge-patch an existing one; returns "created" or "updated"."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
+def apply(api_client: Any, service: dict[str, Any], budget: float = 300.0) -> str:
+    """Create the service, or merge-patch an existing one; returns "created" or "updated".
 
-    custom = client.CustomObjectsApi(api_client)
+    Both are sent with strict field validation (a misspelt field in an edited template is
+    refused, naming the field, as ``kubectl apply`` does) and the server's warnings are
+    logged; transient failures are retried within ``budget`` seconds."""
+    from kubernetes import client as k8s
+
+    custom = k8s.CustomObjectsApi(api_client)
     namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
     ref = f"inferenceservice {namespace}/{name}"
     try:
-        custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        client.call(f"{ref}: get", custom.get_namespaced_custom_object, GROUP, VERSION,
+                    namespace, PLURAL, name, budget=budget)
         exists = True
-    except ApiException as err:
+    except client.ApiError as err:
         if err.status != 404:
-            raise VaecfError(f"{ref}: get failed: HTTP {err.status} {err.reason}") from err
+            raise
         exists = False
-    try:
-        if exists:
-            custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
-                                                  service)
-        else:
-            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, service)
-    except ApiException as err:
-        verb = "patch" if exists else "create"
-        raise VaecfError(f"{ref}: {verb} failed: HTTP {err.status} {err.reason}") from err
+    if exists:
+        client.send(f"{ref}: patch", custom.patch_namespaced_custom_object_with_http_info,
+                    GROUP, VERSION, namespace, PLURAL, name, service, budget=budget)
+    else:
+        client.send(f"{ref}: create", custom.create_namespaced_custom_object_with_http_info,
+                    GROUP, VERSION, namespace, PLURAL, service, budget=budget)
     return "updated" if exists else "created"

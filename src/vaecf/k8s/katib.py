@@ -66,11 +66,13 @@ def _trial_spec(template: dict[str, Any], split_uri: str, store: str) -> dict[st
     return job
 
 
-def experiment(template: dict[str, Any], *, name: str = "vaecf-tune",
-               namespace: str = "kubeflow", split_uri: str = "s3://vaecf/splits/ml-20m",
+def experiment(template: dict[str, Any], *, name: str = "vaecf-tune", split_uri: str = "s3://vaecf/splits/ml-20m",
                store: str = "s3://vaecf/tuning", max_trials: int = 12,
                parallel_trials: int = 3, seed: int = 98765) -> dict[str, Any]:
-    """The Experiment: random search over ``SPACE``, maximising validation NDCG@100."""
+    """The Experiment: random search over ``SPACE``, maximising validation NDCG@100.
+
+    It names no namespace: ``kubectl apply -n <namespace>`` puts it, its trials, and so the
+    Secret and the metrics collector they need, where the user runs them."""
     parameters = [{"name": key, "parameterType": "discrete",
                    "feasibleSpace": {"list": [str(v) for v in values]}}
                   for key, values in SPACE.items()]
@@ -80,7 +82,7 @@ def experiment(template: dict[str, Any], *, name: str = "vaecf-tune",
                           "description": f"vaecf train {SEARCHABLE[key][0]}"} for key in SPACE]
     return {
         "apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": {"name": name},
         "spec": {
             "objective": {"type": "maximize", "objectiveMetricName": OBJECTIVE,
                           "additionalMetricNames": ADDITIONAL,

@@ -1,33 +1,41 @@
-"""Run one MPIJob to completion: create or attach, watch, stream the launcher log, delete.
+"""Run one MPIJob to completion: create (or attach, or replace a failed one), watch, stream
+the launcher log, delete.
 
-Everything goes through the official ``kubernetes`` client, and only through the verbs the
-launcher's Role grants (``manifests/base/rbac.yaml``): mpijobs create/get/list/watch/delete,
-pods get/list/watch, pods/log get, events list.
+Everything goes through ``vaecf.k8s.client.call`` (client-side timeouts, retries with
+backoff, one-line errors) and only through the verbs the launcher's Role grants
+(``manifests/base/rbac.yaml``): mpijobs create/get/watch/delete, pods list, pods/log get,
+events list. A job this step gives up on (timeout, cancel, lost API server) is deleted.
 """
 
 from __future__ import annotations
 
+import json
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from vaecf import log
 from vaecf.errors import VaecfError
-from vaecf.threads import start_daemon
+from vaecf.k8s import client, events
+from vaecf.k8s.launcher_log import LauncherLog
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
-LAUNCHER_SELECTOR = ("training.kubeflow.org/job-name={name},"
-                     "training.kubeflow.org/job-role=launcher")
-WATCH_CHUNK_SECONDS = 60
+WATCH_CHUNK_SECONDS = 60  # the server ends each watch after this; the next resumes from it
+START_BUDGET = 300.0  # seconds to reach the API server when creating (restarts take ~1 min)
+DELETE_BUDGET = 20.0  # within the pod's default 30 s termination grace after SIGTERM
+GONE_WAIT = 300.0  # how long a job in deletion (pods ending) may take to disappear
 
 
 class Cancelled(BaseException):
     """SIGTERM or SIGINT arrived (KFP cancels a run with SIGTERM). Not an ``Exception``, so
     no library ``except Exception`` swallows it on its way to the cleanup."""
+
+
+class DeletedElsewhere(VaecfError):
+    """The job was deleted by someone other than this step while the step followed it."""
 
 
 @contextmanager
@@ -42,8 +50,7 @@ def delete_on_cancel(run: MPIJobRun) -> Iterator[None]:
     try:
         yield
     except Cancelled as stop:
-        run.delete()
-        raise VaecfError(f"{run.ref}: cancelled by {stop}; deleted the job") from None
+        run.give_up(f"cancelled by {stop}")
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
@@ -62,68 +69,116 @@ def terminal_condition(job: dict[str, Any]) -> tuple[str, str] | None:
 class MPIJobRun:
     """One MPIJob in one namespace, seen through an ``ApiClient``."""
 
-    def __init__(self, api_client: Any, namespace: str, name: str) -> None:
-        from kubernetes import client
+    def __init__(self, api_client: Any, namespace: str, name: str, container: str = "launcher",
+                 request_timeout: float = client.REQUEST_TIMEOUT) -> None:
+        from kubernetes import client as k8s
 
-        self.namespace = namespace
-        self.name = name
-        self._custom = client.CustomObjectsApi(api_client)
-        self._core = client.CoreV1Api(api_client)
-        self._streamed: set[str] = set()
-        self._log_thread: threading.Thread | None = None
+        self.namespace, self.name, self.timeout = namespace, name, request_timeout
+        self.uid: str | None = None  # of the job this step follows
+        self._custom = k8s.CustomObjectsApi(api_client)
+        self._core = k8s.CoreV1Api(api_client)
+        self.log = LauncherLog(self._core, namespace, name, container, request_timeout)
+        self._trouble = ""  # the last failure seen while watching
 
     @property
     def ref(self) -> str:
         return f"mpijob {self.namespace}/{self.name}"
 
-    def exists(self) -> bool:
-        return bool(self._get(missing_ok=True))
+    def _call(self, verb: str, fn: Any, *args: Any, budget: float, **kwargs: Any) -> Any:
+        return client.call(f"{self.ref}: {verb}", fn, *args, budget=budget,
+                           timeout=self.timeout, **kwargs)
 
-    def _get(self, missing_ok: bool = False) -> dict[str, Any]:
+    def get(self, budget: float, missing_ok: bool = False) -> dict[str, Any]:
         """The job as the API server has it; ``{}`` if absent and ``missing_ok``."""
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            job: dict[str, Any] = self._custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, self.name)
-        except ApiException as err:
+            job: dict[str, Any] = self._call("get", self._custom.get_namespaced_custom_object,
+                                             GROUP, VERSION, self.namespace, PLURAL, self.name,
+                                             budget=budget)
+        except client.ApiError as err:
             if err.status == 404 and missing_ok:
                 return {}
-            raise VaecfError(f"{self.ref}: get failed: HTTP {err.status} {err.reason}") from err
+            raise
         return job
 
+    def exists(self) -> bool:
+        return bool(self.get(START_BUDGET, missing_ok=True))
+
     def create_or_attach(self, body: dict[str, Any]) -> bool:
-        """Create the job; if it exists already (a retried step), attach to it.
+        """Create the job; if it exists already (a retried step), attach to it, unless it
+        failed (then it is deleted, its last events logged, and created again) or is being
+        deleted (then it is waited for, and created again).
 
         Returns:
           True if this call created the job, False if it attached to an existing one.
         """
-        from kubernetes.client.exceptions import ApiException
+        for _ in range(3):
+            try:
+                created = client.send(f"{self.ref}: create",
+                                      self._custom.create_namespaced_custom_object_with_http_info,
+                                      GROUP, VERSION, self.namespace, PLURAL, body,
+                                      budget=START_BUDGET, timeout=self.timeout)
+                self.uid = created.get("metadata", {}).get("uid")
+                log.info(f"created {self.ref}")
+                return True
+            except client.ApiError as err:
+                if err.status != 409:
+                    raise
+            job = self.get(START_BUDGET, missing_ok=True)
+            if not job:
+                continue  # deleted between the two calls
+            metadata = job.get("metadata", {})
+            self.uid = metadata.get("uid")
+            finished = terminal_condition(job)
+            if metadata.get("deletionTimestamp"):
+                log.info(f"{self.ref} is being deleted (since {metadata['deletionTimestamp']}):"
+                         " waiting until it is gone to create it again")
+            elif finished is not None and finished[0] == "Failed":
+                log.info(f"{self.ref} exists and failed ({finished[1]}): deleting it to train "
+                         "again (from its newest checkpoint)")
+                self.report_warnings()
+                self.delete(START_BUDGET)
+            else:
+                log.info(f"{self.ref} already exists: attaching to it")
+                return False
+            self._wait_gone()
+        raise VaecfError(f"{self.ref}: re-created by someone else three times while this "
+                         "step tried to create it")
 
+    def _wait_gone(self) -> None:
+        give_up = time.monotonic() + GONE_WAIT
+        while self.get(START_BUDGET, missing_ok=True):
+            if time.monotonic() > give_up:
+                raise VaecfError(f"{self.ref} is still being deleted after {GONE_WAIT:g} s; "
+                                 "retry once it is gone")
+            time.sleep(1.0)
+
+    def delete(self, budget: float = DELETE_BUDGET) -> bool:
+        """Delete the job this step follows and, in the foreground, its pods (frees the GPUs).
+        Returns False if it was gone (or replaced by another job of that name)."""
+        options: dict[str, Any] = {"propagationPolicy": "Foreground"}
+        if self.uid:  # never a job of the same name that someone else created since
+            options["preconditions"] = {"uid": self.uid}
         try:
-            self._custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace,
-                                                         PLURAL, body)
-        except ApiException as err:
-            if err.status != 409:
-                raise VaecfError(f"{self.ref}: create failed: HTTP {err.status} "
-                                 f"{err.reason}") from err
-            log.info(f"{self.ref} already exists: attaching to it")
-            return False
-        log.info(f"created {self.ref}")
+            self._call("delete", self._custom.delete_namespaced_custom_object, GROUP, VERSION,
+                       self.namespace, PLURAL, self.name, body=options, budget=budget)
+        except client.ApiError as err:
+            if err.status in (404, 409):
+                return False
+            raise
+        log.info(f"deleted {self.ref}")
         return True
 
-    def delete(self) -> None:
-        """Delete the job and, in the foreground, its pods (frees the GPUs)."""
-        from kubernetes.client.exceptions import ApiException
-
+    def give_up(self, why: str) -> NoReturn:
+        """Stop following the job, delete it (it must not hold GPUs for nobody) and raise
+        ``VaecfError`` saying ``why`` and what became of the job."""
+        self.log.finish(grace=0)
         try:
-            self._custom.delete_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, self.name,
-                propagation_policy="Foreground")
-            log.info(f"deleted {self.ref}")
-        except ApiException as err:
-            if err.status != 404:
-                raise VaecfError(f"{self.ref}: delete failed: HTTP {err.status}") from err
+            self.delete()
+        except client.ApiError as err:
+            raise VaecfError(f"{self.ref}: {why}; could not delete it ({err}): it stops at its "
+                             f"activeDeadlineSeconds, or run: kubectl delete mpijob -n "
+                             f"{self.namespace} {self.name}") from None
+        raise VaecfError(f"{self.ref}: {why}; deleted the job")
 
     def wait(self, timeout: float) -> str:
         """Watch the job until it finishes; stream the launcher's log meanwhile.
@@ -132,95 +187,154 @@ class MPIJobRun:
           The terminal condition's message of a Succeeded job.
 
         Raises:
-          VaecfError: the job failed, or did not finish within ``timeout`` seconds (then
-            it is deleted so it stops holding GPUs).
+          DeletedElsewhere: someone else deleted the job.
+          VaecfError: the job failed, or did not finish within ``timeout`` seconds, or the
+            API server could not be followed (then the job is deleted).
         """
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import ProtocolError
-
         deadline = time.monotonic() + timeout
-        while (remaining := deadline - time.monotonic()) > 0:
-            stream = watch.Watch().stream(
-                self._custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace,
-                PLURAL, field_selector=f"metadata.name={self.name}",
-                timeout_seconds=max(1, int(min(remaining, WATCH_CHUNK_SECONDS))))
-            try:
-                for event in stream:
-                    finished = terminal_condition(event["object"])
-                    self._follow_launcher_log()
-                    if finished is not None:
-                        return self._finish(*finished)
-            except ProtocolError as err:  # a dropped connection: watch again
-                log.info(f"{self.ref}: watch interrupted ({err}); watching again")
-            except ApiException as err:
-                if err.status != 410:  # 410 Gone: resource version too old, watch again
-                    raise VaecfError(f"{self.ref}: watch failed: HTTP {err.status} "
-                                     f"{err.reason}") from err
-            if (finished := terminal_condition(self._get())) is not None:
-                return self._finish(*finished)
-            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-        self.report_warnings()
-        self.delete()
-        raise VaecfError(f"{self.ref} did not finish within {timeout:g} s (deleted it)")
-
-    def report_warnings(self, limit: int = 10) -> None:
-        """Log the job's and its pods' latest Warning events: why a job is stuck or failed
-        (e.g. ``FailedScheduling: 0/4 nodes have enough nvidia.com/gpu``)."""
-        from kubernetes.client.exceptions import ApiException
-
+        self.log.start()
         try:
-            events = self._core.list_namespaced_event(self.namespace).items
-        except ApiException as err:  # diagnostics only, never fatal
-            log.info(f"(events of {self.ref} unavailable: HTTP {err.status})")
-            return
-        mine = [e for e in events if e.type == "Warning" and e.involved_object
-                and (e.involved_object.name or "").startswith(self.name)]
-        for event in mine[-limit:]:
-            log.info(f"event {event.involved_object.kind}/{event.involved_object.name}: "
-                     f"{event.reason}: {event.message}")
+            outcome = self._watch(deadline)
+        except DeletedElsewhere:
+            self.log.finish(grace=0)
+            raise
+        except VaecfError as err:
+            self.give_up(str(err).removeprefix(f"{self.ref}: "))
+        except Exception as err:  # never leave the job holding GPUs, whatever went wrong
+            self.give_up(f"failed while following it ({type(err).__name__}: {err})")
+        if outcome is None:
+            self.report_warnings()
+            trouble = f" (last trouble: {self._trouble})" if self._trouble else ""
+            self.give_up(f"did not finish within {timeout:g} s{trouble}")
+        return self._finish(*outcome)
+
+    def _check(self, job: dict[str, Any]) -> tuple[str, str] | None:
+        """The job's outcome if it finished; raises if it is deleted or replaced."""
+        metadata = job.get("metadata", {})
+        if self.uid and metadata.get("uid") not in (None, self.uid):
+            raise DeletedElsewhere(f"{self.ref} was deleted and replaced by another job of "
+                                   "that name while this step followed it")
+        if metadata.get("deletionTimestamp"):
+            raise DeletedElsewhere(f"{self.ref} is being deleted (since "
+                                   f"{metadata['deletionTimestamp']}) by someone other than "
+                                   "this step")
+        self.uid = self.uid or metadata.get("uid")
+        return terminal_condition(job)
+
+    def _watch(self, deadline: float) -> tuple[str, str] | None:
+        """Follow the job from one resourceVersion to the next until it finishes (its
+        outcome) or ``deadline`` passes (None). Watch failures are retried with backoff."""
+        from urllib3.exceptions import HTTPError
+
+        job = self._get_followed(deadline)
+        attempt = 0
+        while True:
+            outcome = self._check(job)
+            if outcome is not None:
+                return outcome
+            self.log.wake()
+            if (remaining := deadline - time.monotonic()) <= 0:
+                return None
+            pause: float | None = 0.0
+            opened, quiet = time.monotonic(), True
+            try:
+                for kind, obj in self._events(job["metadata"]["resourceVersion"], remaining):
+                    if kind == "ERROR":
+                        pause = self._watch_error(obj, attempt)
+                        attempt += 1
+                        break
+                    attempt, quiet = 0, False
+                    if kind == "DELETED":
+                        raise DeletedElsewhere(f"{self.ref} was deleted by someone other "
+                                               "than this step while it followed the job")
+                    if kind == "BOOKMARK":
+                        job["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+                        continue
+                    job = obj
+                    if (outcome := self._check(job)) is not None:
+                        return outcome
+                    self.log.wake()
+                else:
+                    if quiet and time.monotonic() - opened < 1.0:  # closed at once: no spin
+                        self._trouble = "watch: closed by the server at once"
+                        pause = client.backoff(attempt)
+                        attempt += 1
+            except client.ApiError as err:
+                if err.status == 410:  # Gone: our resourceVersion is too old; start afresh
+                    pause = None
+                elif not client.transient_status(err.status):
+                    raise
+                else:
+                    self._trouble = str(err).removeprefix(f"{self.ref}: ")
+                    pause = client.backoff(attempt)
+                    attempt += 1
+            except (HTTPError, OSError, ValueError) as err:  # dropped, stalled, garbled
+                self._trouble = f"watch interrupted ({type(err).__name__})"
+                pause = client.backoff(attempt)
+                attempt += 1
+            if pause is None:  # relist
+                job = self._get_followed(deadline)
+                continue
+            if pause:
+                log.info(f"{self.ref}: {self._trouble}; watching again in {pause:g} s")
+                time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+
+    def _watch_error(self, status: dict[str, Any], attempt: int) -> float | None:
+        """What an ERROR event's Status asks for: None to relist (410), else seconds to
+        wait before watching again; raises for a status retrying cannot help."""
+        code = status.get("code")
+        message = f"watch: HTTP {code} {status.get('reason', '')}: {status.get('message', '')}"
+        if code == 410:
+            return None
+        if not client.transient_status(code):
+            raise client.ApiError(f"{self.ref}: {message}", code)
+        self._trouble = message
+        hint = (status.get("details") or {}).get("retryAfterSeconds")
+        return client.backoff(attempt, float(hint) if hint is not None else None)
+
+    def _get_followed(self, deadline: float) -> dict[str, Any]:
+        """The job, fetched again (at start, after a 410); absent means deleted."""
+        job = self.get(max(1.0, deadline - time.monotonic()), missing_ok=True)
+        if not job:
+            raise DeletedElsewhere(f"{self.ref} was deleted by someone other than this step "
+                                   "while it followed the job")
+        return job
+
+    def _events(self, resource_version: str, remaining: float
+                ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """One watch request from ``resource_version``: ``(type, object)`` per event. Ends
+        when the server closes it (at most ``WATCH_CHUNK_SECONDS``); it never reads past
+        ``remaining`` seconds without an event (a stalled connection)."""
+        chunk = min(remaining, WATCH_CHUNK_SECONDS)
+        read = remaining if remaining <= WATCH_CHUNK_SECONDS else chunk + self.timeout
+        response = client.call(
+            f"{self.ref}: watch", self._custom.list_namespaced_custom_object, GROUP, VERSION,
+            self.namespace, PLURAL, budget=0, timeout=(self.timeout, max(0.1, read)),
+            field_selector=f"metadata.name={self.name}", resource_version=resource_version,
+            allow_watch_bookmarks=True, watch=True, timeout_seconds=max(1, int(chunk)),
+            _preload_content=False)
+        try:
+            for line in client.lines(response):
+                if line.strip():
+                    event = json.loads(line)
+                    yield event["type"], event["object"]
+        finally:  # an early return leaves the server streaming: drop the connection
+            response.close()
+
+    def report_warnings(self) -> None:
+        """Log why the job is stuck or failed: its latest Warning events (never fatal)."""
+        try:
+            for line in events.warnings(self._core, self.namespace, self.name, self.uid,
+                                        self.timeout):
+                log.info(line)
+        except client.ApiError as err:
+            log.info(f"(events unavailable: {err})")
 
     def _finish(self, state: str, message: str) -> str:
-        self._follow_launcher_log(wait=True)
+        self.log.finish()
         log.info(f"{self.ref} {state}" + (f" ({message})" if message else ""))
         if state != "Succeeded":
             self.report_warnings()
             raise VaecfError(f"{self.ref} failed: {message or 'no message'}; see the "
                              "launcher log above")
         return message
-
-    def _follow_launcher_log(self, wait: bool = False) -> None:
-        """Stream each launcher pod's log once; with ``wait``, to its end, in this thread."""
-        if self._log_thread is not None and self._log_thread.is_alive():
-            if wait:
-                self._log_thread.join()
-            return
-        pods = self._core.list_namespaced_pod(
-            self.namespace, label_selector=LAUNCHER_SELECTOR.format(name=self.name)).items
-        ready = [p.metadata.name for p in pods
-                 if p.status and p.status.phase in ("Running", "Succeeded", "Failed")
-                 and p.metadata.name not in self._streamed]
-        if not ready:
-            return
-        self._streamed.add(ready[0])
-        # SIGTERM must reach the main thread's watch: the cancellation deletes the job
-        self._log_thread = start_daemon(self._stream_log, ready[0])
-        if wait:
-            self._log_thread.join()
-
-    def _stream_log(self, pod: str) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            response = self._core.read_namespaced_pod_log(
-                pod, self.namespace, follow=True, _preload_content=False)
-            pending = b""
-            for chunk in response.stream(4096):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    log.info(line.decode("utf-8", "replace"))
-            if pending:
-                log.info(pending.decode("utf-8", "replace"))
-        except (ApiException, OSError) as err:  # the log is a convenience, never fatal
-            log.info(f"(log of pod {pod} unavailable: {err})")

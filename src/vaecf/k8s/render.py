@@ -30,6 +30,11 @@ BATCH_PER_RANK, LR_SCALING = 1024, "sqrt"
 GPU_RESOURCE = "nvidia.com/gpu"
 RUN_ID_LABEL = "vaecf.io/run-id"
 TEMPLATE_ENV = "VAECF_MPIJOB_TEMPLATE"
+MAX_WORKERS = 1024
+# mpi-operator names the pods <job>-launcher and <job>-worker-<i> and refuses a job whose
+# names are not DNS labels of <= 63 (its validateMPIJobName), with only a Warning event: a
+# job name leaves room for "-worker-1023".
+MAX_JOB_NAME = 63 - len(f"-worker-{MAX_WORKERS - 1}")
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # registry/path[:tag][@sha256:digest], lower-case path as the OCI distribution spec requires.
@@ -65,6 +70,8 @@ class MPIJobParams:
     secret_name: str = "vaecf-s3"
     tensorboard_uri: str | None = None
     train_flags: tuple[str, ...] = ()  # hyperparameters (``vaecf.tuning.train_flags``)
+    # mpi-operator stops the job this long after it started, even if the step died
+    active_deadline_seconds: int | None = None
 
     @property
     def world_size(self) -> int:
@@ -82,18 +89,21 @@ class MPIJobParams:
 
 
 def job_name(run_id: str, prefix: str = "vaecf-train") -> str:
-    """A DNS-1035 label (<= 63 chars, starts with a letter) derived from ``run_id``.
+    """A DNS-1035 label of at most ``MAX_JOB_NAME`` (51) characters derived from ``run_id``.
 
     The same run id always gives the same name, which is what lets a retried step attach to
-    the job its first attempt created. Over-long ids keep a hash suffix to stay unique.
+    the job its first attempt created; different run ids give different names. A run id that
+    is already a short lower-case slug (a KFP run id, a UUID) is kept as it is; any other
+    (too long, or changed by the slugging: ``Run_42`` and ``run-42``) is cut and given the
+    first 8 hex digits of its SHA-256.
     """
     slug = re.sub(r"[^a-z0-9]+", "-", run_id.lower()).strip("-")
     if not slug:
         raise VaecfError(f"--run-id {run_id!r}: needs at least one letter or digit")
     name = f"{prefix}-{slug}"
-    if len(name) > 63:
+    if len(name) > MAX_JOB_NAME or slug != run_id:
         digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
-        name = f"{name[:54].rstrip('-')}-{digest}"
+        name = f"{name[:MAX_JOB_NAME - 9].rstrip('-')}-{digest}"
     return name
 
 
@@ -104,16 +114,21 @@ def run_label(run_id: str) -> str:
 
 def validate(params: MPIJobParams) -> None:
     """Refuse bad parameters before anything is created (a bad input must not hold GPUs)."""
+    worker = f"{params.name}-worker-{max(params.workers, 1) - 1}"
     checks: list[tuple[bool, str]] = [
-        (bool(_DNS1035.match(params.name)) and len(params.name) <= 63,
-         f"job name {params.name!r}: expected a DNS-1035 label (a-z, 0-9, '-', <= 63 chars)"),
+        (bool(_DNS1035.match(worker)) and len(worker) <= 63,
+         f"job name {params.name!r}: its pod {worker!r} would not be a DNS-1035 label "
+         "(a-z, 0-9, '-', <= 63 chars), which mpi-operator requires"),
         (bool(_DNS1123.match(params.namespace)) and len(params.namespace) <= 63,
          f"--namespace {params.namespace!r}: expected a DNS-1123 label"),
         (bool(_DNS1123.match(params.secret_name)),
          f"--secret-name {params.secret_name!r}: expected a DNS-1123 name"),
         (bool(_IMAGE.match(params.image)),
          f"--image {params.image!r}: expected registry/name[:tag][@sha256:digest]"),
-        (1 <= params.workers <= 1024, f"--workers {params.workers}: expected 1..1024"),
+        (1 <= params.workers <= MAX_WORKERS,
+         f"--workers {params.workers}: expected 1..{MAX_WORKERS}"),
+        ((params.active_deadline_seconds or 1) >= 1,
+         f"activeDeadlineSeconds {params.active_deadline_seconds}: expected >= 1"),
         (0 <= params.gpus_per_worker <= 16,
          f"--gpus-per-worker {params.gpus_per_worker}: expected 0..16"),
         (params.slots_per_worker >= 1,
@@ -206,6 +221,8 @@ def render(template: dict[str, Any], params: MPIJobParams) -> dict[str, Any]:
     metadata.setdefault("labels", {})[RUN_ID_LABEL] = run_label(params.run_id)
     spec = job["spec"]
     spec["slotsPerWorker"] = params.slots_per_worker
+    if params.active_deadline_seconds is not None:
+        spec.setdefault("runPolicy", {})["activeDeadlineSeconds"] = params.active_deadline_seconds
     launcher = container(spec, "Launcher")
     worker = container(spec, "Worker")
     spec["mpiReplicaSpecs"]["Worker"]["replicas"] = params.workers

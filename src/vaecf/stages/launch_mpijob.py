@@ -2,14 +2,21 @@
 
 Order matters: every input is checked before the job exists (a bad input must not be retried
 on GPUs), the split is staged to object storage where the MPIJob's pods can read it, the job is
-created (or re-attached after a KFP retry) and watched, and the model the job wrote to object
-storage is verified and published at ``--output`` (the KFP Model artifact).
+created (or re-attached after a KFP retry, or replaced if it failed) and watched, and the model
+the job wrote to object storage is verified and published at ``--output`` (the KFP Model
+artifact). A job deleted by someone else while the step follows it leaves a marker,
+``<store>/<job>/deleted/mpijob.json``, that keeps every later attempt under the same run id from
+creating it again.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import shutil
+import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 from vaecf import log
@@ -67,7 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="MPIJob template (default: $VAECF_MPIJOB_TEMPLATE or "
                              "manifests/mpijob.yaml)")
     parser.add_argument("--timeout", type=finite_positive, default=48 * 3600,
-                        help="seconds before the job is deleted and the step fails")
+                        help="seconds before the job is deleted and the step fails (also the "
+                             "job's activeDeadlineSeconds, which stops it if the step dies)")
+    parser.add_argument("--request-timeout", type=finite_positive,
+                        default=client.REQUEST_TIMEOUT,
+                        help="seconds each Kubernetes API call may wait for an answer")
     parser.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
                         help="rank 0 writes TensorBoard event files to "
                              "<store>/<job>/tensorboard (point TensorBoard at <store>/)")
@@ -97,7 +108,36 @@ def params_from_args(args: argparse.Namespace) -> render.MPIJobParams:
         compression=args.compression,
         nccl_debug=args.nccl_debug, secret_name=args.secret_name,
         tensorboard_uri=f"{store}/{name}/tensorboard" if args.tensorboard else None,
-        train_flags=tuple(train_flags(trial)))
+        train_flags=tuple(train_flags(trial)), active_deadline_seconds=math.ceil(args.timeout))
+
+
+def tombstone(args: argparse.Namespace, params: render.MPIJobParams) -> str:
+    """Where a job deleted by someone else is recorded (``<store>/<job>/deleted/``)."""
+    return f"{args.store.rstrip('/')}/{params.name}/deleted"
+
+
+def refuse_deleted(args: argparse.Namespace, params: render.MPIJobParams) -> None:
+    """A job an operator deleted under an earlier attempt is never created again."""
+    marker = tombstone(args, params)
+    if storage.list_keys(marker):
+        raise VaecfError(f"mpijob {params.namespace}/{params.name} was deleted by someone else "
+                         f"during an earlier attempt of run {args.run_id!r} ({marker}/): not "
+                         "creating it again; start a new run (or remove that marker)")
+
+
+def record_deleted(args: argparse.Namespace, params: render.MPIJobParams,
+                   err: mpijob.DeletedElsewhere) -> VaecfError:
+    """Leave the marker ``refuse_deleted`` finds; returns the step's error."""
+    marker = f"{tombstone(args, params)}/mpijob.json"
+    record = {"job": params.name, "namespace": params.namespace, "run_id": args.run_id,
+              "seen": datetime.now(UTC).isoformat(timespec="seconds"),
+              "what": str(err)}
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "mpijob.json"
+        path.write_text(json.dumps(record, indent=1) + "\n")
+        storage.upload_file(path, marker)
+    return VaecfError(f"{err}; not re-creating it: {marker} keeps later attempts of this run "
+                      "from doing so")
 
 
 def check_split(split: str) -> None:
@@ -119,14 +159,20 @@ def launch(args: argparse.Namespace) -> None:
                         params)
     check_split(args.split)
     storage.check_bucket(params.model_uri)
+    refuse_deleted(args, params)
     with publish(args.output, manifest_name("train"), [args.split]) as staging:
-        run = mpijob.MPIJobRun(client.api_client(), params.namespace, params.name)
+        run = mpijob.MPIJobRun(client.api_client(), params.namespace, params.name,
+                               container=render.container(job["spec"], "Launcher")["name"],
+                               request_timeout=args.request_timeout)
         with mpijob.delete_on_cancel(run):
             if not storage.is_s3(args.split) and not run.exists():
                 log.info(f"staging the split at {params.split_uri}")
                 storage.upload_dir(Path(args.split), params.split_uri)
             run.create_or_attach(job)
-            run.wait(args.timeout)
+            try:
+                run.wait(args.timeout)
+            except mpijob.DeletedElsewhere as err:
+                raise record_deleted(args, params, err) from None
         with open_input(params.model_uri) as model:
             manifest = read_manifest(model, "train")
             shutil.copytree(model, staging, dirs_exist_ok=True)

@@ -1,0 +1,50 @@
+"""Why an MPIJob is stuck or failed: the Warning events of that job and of nothing else.
+
+Events are asked for by object (``fieldSelector`` on the involved object's uid or exact name,
+and ``type=Warning``), never listed over the namespace and matched by name prefix (a job
+``run-4`` would show ``run-40``'s), and shown oldest first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vaecf.k8s import client
+
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+EVENT_PODS = 20  # pods whose events are read (a job of 1,024 workers: the first 20)
+
+
+def event_time(event: Any) -> str:
+    """When an event last happened, as a sortable ISO string."""
+    for when in (event.last_timestamp, event.event_time, event.first_timestamp,
+                 event.metadata.creation_timestamp if event.metadata else None):
+        if when is not None:
+            return when.isoformat() if hasattr(when, "isoformat") else str(when)
+    return ""
+
+
+def warnings(core: Any, namespace: str, name: str, uid: str | None, timeout: float,
+             limit: int = 10) -> list[str]:
+    """One line per latest Warning event of MPIJob ``name`` (by ``uid`` when known), its
+    launcher Job and its pods, oldest first (e.g. ``event Pod/<job>-worker-1:
+    FailedScheduling: 0/4 nodes have enough nvidia.com/gpu``).
+
+    Raises:
+      ApiError: the pods or the events could not be listed.
+    """
+    ref = f"mpijob {namespace}/{name}"
+    pods = client.call(f"{ref}: list pods", core.list_namespaced_pod, namespace,
+                       label_selector=f"{JOB_NAME_LABEL}={name}", budget=timeout,
+                       timeout=timeout).items
+    selectors = [f"involvedObject.uid={uid}" if uid
+                 else f"involvedObject.kind=MPIJob,involvedObject.name={name}",
+                 f"involvedObject.kind=Job,involvedObject.name={name}-launcher"]
+    selectors += [f"involvedObject.kind=Pod,involvedObject.name={p.metadata.name}"
+                  for p in pods[:EVENT_PODS]]
+    found = [event for selector in selectors
+             for event in client.call(f"{ref}: list events", core.list_namespaced_event,
+                                      namespace, field_selector=f"{selector},type=Warning",
+                                      budget=timeout, timeout=timeout).items]
+    return [f"event {e.involved_object.kind}/{e.involved_object.name}: {e.reason}: "
+            f"{e.message}" for e in sorted(found, key=event_time)[-limit:]]

@@ -1,0 +1,136 @@
+"""Follow an MPIJob launcher's log, every line once, while the job runs.
+
+A log stream ends while the pod runs on: the kubelet or a proxy drops it, or the launcher
+container restarts in place (the template's ``restartPolicy: OnFailure``). So the log is
+followed again until the job has finished, each time asking for the lines since the last one
+shown (``sinceSeconds``, with a margin for clock skew) with their timestamps, and skipping
+those already shown. The request names the launcher container: an injected sidecar makes the
+pod's log ambiguous (HTTP 400 without it).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+from vaecf import log
+from vaecf.k8s import client
+from vaecf.threads import start_daemon
+
+LAUNCHER_SELECTOR = ("training.kubeflow.org/job-name={name},"
+                     "training.kubeflow.org/job-role=launcher")
+STARTED = ("Running", "Succeeded", "Failed")
+SKEW_SECONDS = 300  # sinceSeconds is counted on the node's clock, not ours
+IDLE_SECONDS = 300.0  # a stream silent this long is opened again (a stalled connection)
+POLL_SECONDS = 5.0  # between looks for a started launcher pod
+FINISH_GRACE = 30.0  # after the job finished, how long its last log lines may take
+
+
+class LauncherLog:
+    """Prints the launcher container's log from a daemon thread (SIGTERM stays with the main
+    thread, whose cancellation deletes the job)."""
+
+    def __init__(self, core: Any, namespace: str, name: str, container: str,
+                 timeout: float) -> None:
+        self._core, self._namespace, self._name = core, namespace, name
+        self._container, self._timeout = container, timeout
+        self._finished = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last: datetime | None = None  # timestamp of the last line shown
+        self._shown_at_last = 0  # lines shown with that timestamp
+        self._skip = 0  # of those, how many the current stream has yet to repeat
+        self._complaint = ""
+        self._abandoned = False
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = start_daemon(self._follow)
+
+    def wake(self) -> None:
+        """The job changed: look for its launcher pod now."""
+        self._wake.set()
+
+    def finish(self, grace: float = FINISH_GRACE) -> None:
+        """The job has finished: print what is left of the log, waiting up to ``grace`` s;
+        with no grace, the step has given up on the job: print nothing more."""
+        self._abandoned = grace <= 0
+        self._finished.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(grace)
+
+    def _follow(self) -> None:
+        while not self._abandoned:
+            finished = self._finished.is_set()
+            pod = self._pod()
+            if pod is not None:
+                self._stream(pod)
+            if finished:
+                return
+            self._wake.wait(1.0 if pod is not None else POLL_SECONDS)
+            self._wake.clear()
+
+    def _pod(self) -> str | None:
+        """The newest launcher pod that has started, if any (no retry here: the loop looks
+        again)."""
+        try:
+            pods = client.call(f"mpijob {self._namespace}/{self._name}: list launcher pods",
+                               self._core.list_namespaced_pod, self._namespace, budget=0,
+                               timeout=self._timeout,
+                               label_selector=LAUNCHER_SELECTOR.format(name=self._name)).items
+        except client.ApiError as err:
+            self._complain(f"({err})")
+            return None
+        pods.sort(key=lambda p: str(p.metadata.creation_timestamp or ""))
+        started = [p.metadata.name for p in pods if p.status and p.status.phase in STARTED]
+        return started[-1] if started else None
+
+    def _stream(self, pod: str) -> None:
+        from urllib3.exceptions import HTTPError
+
+        options: dict[str, Any] = {"container": self._container, "follow": True,
+                                   "timestamps": True, "_preload_content": False}
+        if self._last is not None:
+            age = (datetime.now(UTC) - self._last).total_seconds()
+            options["since_seconds"] = max(1, math.ceil(age)) + SKEW_SECONDS
+        self._skip = self._shown_at_last
+        try:
+            response = client.call(f"log of pod {pod}", self._core.read_namespaced_pod_log,
+                                   pod, self._namespace, budget=0,
+                                   timeout=(self._timeout, IDLE_SECONDS), **options)
+            for line in client.lines(response):
+                self._show(line.decode("utf-8", "replace"))
+        except client.ApiError as err:  # the log is a convenience, never fatal
+            self._complain(f"({err})")
+        except (HTTPError, OSError):  # dropped or silent too long: the loop follows again
+            pass
+
+    def _show(self, line: str) -> None:
+        """Print ``line`` (``<RFC 3339 timestamp> <text>``) unless it was shown already."""
+        if self._abandoned:
+            return
+        stamp, _, text = line.partition(" ")
+        try:
+            when = datetime.fromisoformat(stamp)
+        except ValueError:  # no timestamp: show it
+            log.info(line)
+            return
+        if self._last is not None and when <= self._last:
+            if when < self._last:
+                return
+            if self._skip > 0:  # one of the lines already shown at that time
+                self._skip -= 1
+                return
+            self._shown_at_last += 1
+        else:
+            self._last, self._shown_at_last, self._skip = when, 1, 0
+        log.info(text)
+
+    def _complain(self, message: str) -> None:
+        """Log a failure once, not at every retry."""
+        if message != self._complaint and not self._abandoned:
+            self._complaint = message
+            log.info(message)
