@@ -109,7 +109,7 @@ def test_waiting_requests_share_one_model_call(saved: Path) -> None:
     calls: list[int] = []
     recommend = served.recommend
     served.recommend = lambda users, k: calls.append(len(users)) or recommend(users, k)
-    predictor = Predictor("vaecf", "unused")
+    predictor = Predictor("vaecf", "unused", max_batch_users=256)
     predictor.served = served
     bodies = [{"instances": [{"items": [str(IDS[i])], "k": 3}] * (1 + i % 2)} for i in range(6)]
 

@@ -36,6 +36,19 @@ class Ranking:
     unknown: np.ndarray
     fallback: np.ndarray
 
+    @classmethod
+    def join(cls, parts: list[Ranking]) -> Ranking:
+        """The rankings of consecutive slices of users as one (narrower ones padded)."""
+        width = max(part.item_ids.shape[1] for part in parts)
+
+        def pad(array: np.ndarray, fill: Any) -> np.ndarray:
+            return np.pad(array, ((0, 0), (0, width - array.shape[1])), constant_values=fill)
+
+        return cls(np.concatenate([pad(p.item_ids, "") for p in parts]),
+                   np.concatenate([pad(p.scores, -np.inf) for p in parts]),
+                   np.concatenate([p.unknown for p in parts]),
+                   np.concatenate([p.fallback for p in parts]))
+
     def rows(self, start: int, stop: int, width: int) -> Ranking:
         """Users ``start:stop`` and their first ``width`` places (one request of a batch)."""
         return Ranking(self.item_ids[start:stop, :width], self.scores[start:stop, :width],
