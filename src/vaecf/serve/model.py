@@ -85,16 +85,22 @@ class ServedModel:
             read_manifest(local, "train", required=["saved_model/saved_model.pb"])
             return cls(tf.saved_model.load(str(local / "saved_model")), uri)
 
-    def recommend(self, users: Sequence[Sequence[str]], k: Sequence[int]) -> Ranking:
-        """Top-k raw ids for each user of ``users`` (their items as raw ids), one model call."""
+    def recommend(self, users: Sequence[Sequence[str] | np.ndarray], k: Sequence[int]
+                  ) -> Ranking:
+        """Top-k raw ids for each user of ``users`` (their items as raw ids: text, or UTF-8
+        bytes arrays as ``vaecf.serve.protocol`` packs them), one model call.
+
+        The ids go to TensorFlow as one fixed-width bytes array, not as Python strings.
+        """
         import tensorflow as tf
 
-        width = max(1, max(len(items) for items in users))
-        padded = np.full((len(users), width), "", dtype=object)
-        for row, items in enumerate(users):
-            padded[row, :len(items)] = items
-        out = self._signature(items=tf.constant(padded, tf.string),
-                              k=tf.constant(np.asarray(k, np.int32)))
+        rows = [items if isinstance(items, np.ndarray)
+                else np.array([i.encode() for i in items], dtype=np.bytes_) for items in users]
+        width = max(1, max(row.size for row in rows))
+        padded = np.zeros((len(rows), width), dtype=f"S{max(row.itemsize for row in rows)}")
+        for index, row in enumerate(rows):
+            padded[index, :row.size] = row
+        out = self._signature(items=tf.constant(padded), k=tf.constant(np.asarray(k, np.int32)))
         return Ranking(item_ids=np.char.decode(out["item_id"].numpy().astype(np.bytes_),
                                                "utf-8").astype(object),
                        scores=out["scores"].numpy(), unknown=out["unknown"].numpy(),

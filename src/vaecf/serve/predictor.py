@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Sequence, Sized
 from typing import Any
 
+import numpy as np
 from kserve import Model
 from kserve.protocol.infer_type import InferRequest, InferResponse
 
@@ -39,7 +41,7 @@ Waiting = tuple[Batch, "asyncio.Future[Ranking]"]
 WARM_UP_ITEMS = 200  # items per warm-up user (ML-20M users average 73 after filtering)
 
 
-def calls(users: list[list[str]], max_users: int, max_cells: int) -> list[tuple[int, int]]:
+def calls(users: Sequence[Sized], max_users: int, max_cells: int) -> list[tuple[int, int]]:
     """``users`` cut into consecutive model calls: (start, stop) pairs, each of at most
     ``max_users`` users and ``max_cells`` padded cells (users x the call's longest list)."""
     cuts, start, width = [], 0, 1
@@ -145,7 +147,7 @@ class Predictor(Model):
         finally:
             self._running = False
 
-    async def _recommend(self, users: list[list[str]], ks: list[int]) -> Ranking:
+    async def _recommend(self, users: list[np.ndarray], ks: list[int]) -> Ranking:
         """One model call per slice of ``calls``, in a worker thread, joined into one."""
         assert self.served is not None
         loop = asyncio.get_running_loop()

@@ -33,6 +33,7 @@ DEFAULT_K = 20
 MAX_K = 1000
 MAX_USERS = 1024  # per request
 MAX_ITEMS = 10_000  # per user; ML-20M's most active user has 9,254 ratings
+MAX_ID_BYTES = 256  # per item id (UTF-8); MBIDs are 36, SHA-1 hex 40
 MAX_BODY_BYTES = 8 * 2**20  # checked from Content-Length before the body is read
 INPUTS = [{"name": "items", "datatype": "BYTES", "shape": [-1, -1]},
           {"name": "k", "datatype": "INT32", "shape": [-1]}]
@@ -48,14 +49,19 @@ class RequestTooLarge(InvalidInput):
 
 @dataclass(frozen=True)
 class Batch:
-    """B users of one request: their items (raw ids, "" padding dropped) and their k."""
+    """B users of one request: their items and their k.
 
-    users: list[list[str]]
+    ``users[i]`` is bytes (n_i,): user i's raw ids as UTF-8, "" padding dropped. One array
+    per user, not a list of Python strings: a request's million ids are freed as soon as it
+    is parsed, before any model call, so they cannot leave the heap fragmented.
+    """
+
+    users: list[np.ndarray]
     k: list[int]
     columns: bool = False  # v1: answer in TF Serving's columnar form
 
 
-def _ids(value: Any, where: str) -> list[str]:
+def _ids(value: Any, where: str) -> np.ndarray:
     if not isinstance(value, list):
         raise InvalidInput(f"{where}: expected a list of item ids (strings)")
     if len(value) > MAX_ITEMS:
@@ -65,7 +71,29 @@ def _ids(value: Any, where: str) -> list[str]:
         if not isinstance(item, str):
             raise InvalidInput(f"{where}[{position}]: expected an item id as a string, got "
                                f"{_short(item)}")
-    return [item for item in value if item]
+    return _packed([_utf8(item, f"{where}[{i}]") for i, item in enumerate(value)])
+
+
+def _utf8(value: Any, where: str) -> bytes:
+    """An item id as UTF-8 bytes, at most ``MAX_ID_BYTES``."""
+    try:
+        if isinstance(value, bytes):
+            value.decode()
+            encoded = value
+        elif isinstance(value, str):
+            encoded = value.encode()
+        else:
+            raise InvalidInput(f"{where}: expected item ids as strings, got {_short(value)}")
+    except UnicodeError:
+        raise InvalidInput(f"{where}: an item id that is not UTF-8 text") from None
+    if len(encoded) > MAX_ID_BYTES:
+        raise RequestTooLarge(f"{where}: an item id of {len(encoded):,} bytes, over the limit "
+                              f"of {MAX_ID_BYTES}")
+    return encoded
+
+
+def _packed(ids: list[bytes]) -> np.ndarray:
+    return np.array([i for i in ids if i], dtype=np.bytes_)
 
 
 def _k(value: Any, where: str, n_items: int) -> int:
@@ -164,8 +192,8 @@ def parse_v2(request: InferRequest, n_items: int) -> Batch:
         raise InvalidInput(f"inputs: data does not match the declared shape ({err})") from None
     if len(ks) != math.prod(k.shape):
         raise InvalidInput(f"k: {len(ks)} values for the declared shape {k.shape}")
-    users = [[_text(i, f"items[{row}]") for i in row_ids] for row, row_ids in enumerate(ids)]
-    users = [[i for i in row if i] for row in users]
+    users = [_packed([_utf8(i, f"items[{row}]") for i in row_ids])
+             for row, row_ids in enumerate(ids)]
     if len(ks) not in (1, len(users)):
         raise InvalidInput(f"k: expected 1 or {len(users)} values, got {len(ks)}")
     kk = [_k(value, f"k[{i}]", n_items) for i, value in enumerate(ks)]
@@ -178,17 +206,6 @@ def _flat(data: Any) -> list[Any]:
     for value in data:
         flat.extend(_flat(value) if isinstance(value, list) else [value])
     return flat
-
-
-def _text(value: Any, where: str) -> str:
-    if isinstance(value, bytes):
-        try:
-            return value.decode()
-        except UnicodeDecodeError:
-            raise InvalidInput(f"{where}: an item id that is not UTF-8 text") from None
-    if isinstance(value, str):
-        return value
-    raise InvalidInput(f"{where}: expected item ids as strings, got {_short(value)}")
 
 
 def v1_response(ranking: Ranking, batch: Batch) -> dict[str, Any]:
