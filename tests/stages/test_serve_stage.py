@@ -5,8 +5,10 @@ SIGTERM draining in-flight requests."""
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -133,8 +135,22 @@ def v2_items(datatype: str, shape: list[int], data: list[Any]) -> dict[str, Any]
 
 
 BAD = [  # path, body, headers, status, message (start of it)
-    (V1, b'{"instances": [', JSON, 400, "Unrecognized request format"),
+    (V1, b'{"instances": [', JSON, 400, "request body: malformed JSON"),
+    (V1, b'{"instances": [', {}, 400, "request body: malformed JSON"),
     (V2, b'{"inputs": [', JSON, 400, "request body: malformed JSON"),
+    (V2, b'{"inputs": [', {}, 400, "request body: malformed JSON"),
+    (V2, b'\xff\xfe{}', JSON, 400, "request body: malformed JSON"),
+    (V2, b'{"inputs": []}', {"Inference-Header-Content-Length": "x"}, 400,
+     "inference-header-content-length: expected the JSON header's length"),
+    (V2, b'{"inputs": []}', {"Inference-Header-Content-Length": "99"}, 400,
+     "inference-header-content-length: expected the JSON header's length"),
+    (V2, b'{"inputs": [{"name": "items"}]}', {"Inference-Header-Content-Length": "31"}, 400,
+     "request body: malformed binary tensor data (KeyError"),
+    (V2, b'{"inputs": [{"name": "items", "datatype": "BYTES", "shape": [1, 1], "parameters": '
+         b'{"binary_data_size": 5}}, {"name": "k", "datatype": "INT32", "shape": [1], '
+         b'"data": [5]}]}\x09\x00\x00\x00a',
+     {"Inference-Header-Content-Length": "171"}, 400,
+     "request body: malformed binary tensor data (error: unpack_from requires"),
     (V1, b'{"users": []}', JSON, 400, "request body: expected a JSON object with either"),
     (V1, b'[1, 2]', JSON, 400, "request body: expected a JSON object with either"),
     (V1, b'{"instances": {"items": []}}', JSON, 400, "instances: expected a list of users"),
@@ -158,8 +174,6 @@ BAD = [  # path, body, headers, status, message (start of it)
      "instances: 1,025 users, over the limit of 1,024 per request"),
     (V1, json.dumps({"instances": [{"items": ["1"] * 10001}]}).encode(), JSON, 413,
      "instances[0].items: 10,001 items, over the limit of 10,000 per user"),
-    (V1, b'{"instances": [{"items": ["1"]}]}', {}, 415,
-     "Content-Type: expected application/json, none given"),
     (V1, b'{"instances": [{"items": ["1"]}]}', {"Content-Type": "text/plain"}, 415,
      "Content-Type: expected application/json, got 'text/plain'"),
     (V2, json.dumps(v2_items("INT32", [1, 2], [1, 2])).encode(), JSON, 400,
@@ -171,6 +185,8 @@ BAD = [  # path, body, headers, status, message (start of it)
     (V2, b'{"inputs": 3}', JSON, 400, "inputs: Input should be a valid list"),
     ("/v1/models/other:predict", b'{"instances": [{"items": ["1"]}]}', JSON, 404,
      "Model with name other does not exist."),
+    ("/v1/nowhere", b'{}', JSON, 404, "POST /v1/nowhere: Not Found"),
+    ("/v2/health/ready", b'{}', JSON, 405, "POST /v2/health/ready: Method Not Allowed"),
 ]
 
 
@@ -275,6 +291,12 @@ def test_benchmark_serve_reports_every_scenario(model: Path, tmp_path: Path, cli
     assert set(result["server_rss_bytes"]) == {"before", "after"}
     assert set(result["floors"]) == {"memory_growth", "4_user_requests_vs_in_process"}
     assert "floor memory_growth:" in out
+    hostile = result["hostile_client"]
+    assert (hostile["clients"], hostile["users_per_request"]) == (2, 1)
+    for run in (hostile["alone"], hostile["beside_hostile"]):
+        assert run["errors"] == 0 and run["requests"] > 0 and run["p99_ms"] >= run["p50_ms"] > 0
+    assert hostile["hostile"]["huge_headers"] > 0 and hostile["hostile"]["slow_connections"] > 0
+    assert "beside a huge-header and slowloris client: p99" in out
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -314,3 +336,302 @@ def test_a_model_in_s3_is_served(model: Path, expected: ServedModel, s3_bucket: 
     assert status == 200, raw
     assert json.loads(raw)["predictions"][0]["item_id"] == \
         expected.recommend(users, [4]).item_ids[0].tolist()
+
+
+K_BAD = [  # k as JSON text: v1 and v2 (REST JSON) give the same message after the field name
+    ("4294967301", "4294967301"), ("-4294967295", "-4294967295"), ("2.7", "2.7"),
+    ("true", "True"), ('"5"', "'5'"), ("1e309", "inf"), ("0", "0"), ("301", "301")]
+
+
+@pytest.mark.parametrize(("text", "shown"), K_BAD, ids=[k for k, _ in K_BAD])
+def test_k_is_checked_the_same_on_v1_and_v2(server, text: str, shown: str) -> None:
+    """(v1's JSON parser refuses the literal 1e309 itself: a 400 all the same.)"""
+    message = f"expected an integer from 1 to 300, got {shown}"
+    status, raw = request(server.url, "POST", V1,
+                          b'{"instances": [{"items": ["1"], "k": %s}]}' % text.encode(), JSON)
+    v1 = ("request body: malformed JSON (number is infinity" if text == "1e309"
+          else f"instances[0].k: {message}")
+    assert status == 400 and json.loads(raw)["error"].startswith(v1), raw
+    for datatype in ("INT32", "INT64"):
+        body = (b'{"inputs": [{"name": "items", "datatype": "BYTES", "shape": [1, 1], "data": '
+                b'["1"]}, {"name": "k", "datatype": "%s", "shape": [1], "data": [%s]}]}'
+                % (datatype.encode(), text.encode()))
+        status, raw = request(server.url, "POST", V2, body, JSON)
+        assert (status, json.loads(raw)) == (400, {"error": f"k[0]: {message}"}), datatype
+
+
+def test_k_out_of_int32_range_over_grpc_is_refused(server) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as bad:
+            stub.ModelInfer(pb.ModelInferRequest(model_name="vaecf", inputs=[
+                pb.ModelInferRequest.InferInputTensor(
+                    name="items", datatype="BYTES", shape=[1, 1],
+                    contents=pb.InferTensorContents(bytes_contents=[b"1"])),
+                pb.ModelInferRequest.InferInputTensor(
+                    name="k", datatype="INT64", shape=[1],
+                    contents=pb.InferTensorContents(int64_contents=[4294967301]))]))
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bad.value.details() == "k[0]: expected an integer from 1 to 300, got 4294967301"
+
+
+def test_grpc_raw_bytes_with_a_bad_length_prefix_is_invalid_argument(server) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as bad:
+            stub.ModelInfer(pb.ModelInferRequest(model_name="vaecf", inputs=[
+                pb.ModelInferRequest.InferInputTensor(name="items", datatype="BYTES",
+                                                      shape=[1, 1]),
+                pb.ModelInferRequest.InferInputTensor(name="k", datatype="INT32", shape=[1])],
+                raw_input_contents=[b"\x09\x00\x00\x00ab", np.int32(5).tobytes()]))
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bad.value.details().startswith("inputs: data does not match the declared shape")
+
+
+def raw_exchange(server: ServerProcess, data: bytes, timeout: float = 20) -> bytes:
+    """Send raw bytes on a fresh connection; everything the server answers until it closes."""
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=timeout) as sock:
+        sock.sendall(data)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_bad_http_framing_gets_a_json_400(server) -> None:
+    answer = raw_exchange(server, b"POST /v1/models/vaecf:predict HTTP/1.1\r\nContent-Length: "
+                                  b"zz\r\n\r\n{}")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"application/json" in head
+    assert json.loads(body) == {"error": "malformed HTTP request"}
+
+
+def test_no_bad_request_writes_a_traceback(server) -> None:
+    """Runs after every bad request above (same server): each left one line, no traceback."""
+    assert server.log_path is not None
+    text = server.log_path.read_text()
+    assert "Traceback" not in text, text[text.find("Traceback") - 300:][:3000]
+    lines = [line for line in text.splitlines()
+             if "instances[0].k: expected an integer from 1 to 300, got 4294967301" in line]
+    assert len(lines) == 1 and "refused" in lines[0], lines
+
+
+def test_a_huge_header_is_cut_short_with_431(server) -> None:
+    """The server stops reading a 64 MiB header after its limit: the client cannot even send
+    it all (the server closed), and what it answered is a JSON 431."""
+    sent, answer = 0, b""
+    with socket.create_connection(("127.0.0.1", server.http_port), timeout=20) as sock:
+        sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nX-Big: ")
+        try:
+            while sent < 64 * 2**20:
+                sock.sendall(b"a" * 2**16)
+                sent += 2**16
+        except OSError:
+            pass
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except OSError:
+            pass
+    assert sent < 16 * 2**20, f"the server read {sent:,} bytes of one header"
+    if answer:  # a reset may have dropped it; when it arrived it is the documented 431
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 431 ")
+        assert json.loads(body) == {"error": "request line and headers over 32,768 bytes"}
+    assert request(server.url, "GET", "/v2/health/ready")[0] == 200
+
+
+@pytest.fixture(scope="module")
+def quick_server(model: Path, tmp_path_factory: pytest.TempPathFactory
+                 ) -> Iterator[ServerProcess]:
+    """A server that gives a request 2 s to arrive and its headers 4 KiB."""
+    process = ServerProcess(str(model), args=("--request-timeout", "2",
+                                              "--max-header-bytes", "4096"))
+    process.start(tmp_path_factory.mktemp("serve-quick") / "serve.log")
+    yield process
+    assert process.stop() == 0, process.log_tail()
+
+
+def test_slow_requests_are_cut_off_while_others_are_answered(quick_server, expected) -> None:
+    """Slowloris: half-sent headers, a half-sent body and a silent connection all get a 408
+    within the request timeout, and a normal request meanwhile is answered."""
+    starts = [b"GET /v2/health/ready HTTP/1.1\r\nX-Slow: a",
+              b"POST /v1/models/vaecf:predict HTTP/1.1\r\nContent-Length: 100\r\n\r\n{",
+              b""]
+    socks = [socket.create_connection(("127.0.0.1", quick_server.http_port), timeout=20)
+             for _ in starts]
+    for sock, start in zip(socks, starts, strict=True):
+        sock.sendall(start)
+    status, _ = request(quick_server.url, "POST", V1,
+                        v1_body([expected.item_ids[:3].tolist()]), JSON)
+    assert status == 200
+    for sock in socks:
+        answer = b""
+        with sock:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408 "), answer
+        assert json.loads(body) == {"error": "request not received in full within 2 s"}
+    big = "x" * 5000
+    status, raw = request(quick_server.url, "GET", "/v2/health/ready", headers={"X-Big": big})
+    assert status == 431, raw
+
+
+def tied(answer: list[str], scores: list[float], position: dict[str, int]) -> None:
+    """Scores descending; equal scores in item order (by item_idx)."""
+    pairs = list(zip(answer, scores, strict=True))
+    for (a, score_a), (b, score_b) in itertools.pairwise(pairs):
+        assert score_a > score_b or (score_a == score_b and position[a] < position[b]), (
+            a, score_a, b, score_b)
+
+
+def test_equal_scores_come_in_item_order(server, expected) -> None:
+    """The popularity fallback has many equal scores: ties are broken by item index, the same
+    way in every answer."""
+    position = {item: i for i, item in enumerate(expected.item_ids.tolist())}
+    status, answer = post(server, V1, {"instances": [{"items": [], "k": 300}] * 2})
+    assert status == 200
+    first = answer["predictions"][0]
+    assert len(set(first["scores"])) < len(first["scores"])  # there are ties to break
+    tied(first["item_id"], first["scores"], position)
+    assert answer["predictions"][1] == first
+
+
+def test_v2_answers_tritonclient_http_and_grpc_as_shipped(server, expected) -> None:
+    """tritonclient 2.51's defaults: no Content-Type, binary tensors both ways (HTTP), raw
+    tensor contents (gRPC); and its JSON mode. It runs in its own process (its gRPC stubs
+    and KServe's cannot share one)."""
+    import subprocess
+    import sys
+
+    users = users_of(expected)[:3]
+    truth = expected.recommend(users, [5] * 3)
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("triton_client.py")),
+         f"127.0.0.1:{server.http_port}", f"127.0.0.1:{server.grpc_port}"],
+        input=json.dumps(users), capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = json.loads(done.stdout)
+    assert sorted(answers) == ["grpc", "http_binary", "http_json"]
+    for answer in answers.values():
+        assert answer["item_id"] == truth.item_ids.tolist()
+        np.testing.assert_allclose(answer["scores"], truth.scores, rtol=1e-5)
+        assert answer["fallback"] == [False, False, True] and answer["ready"]
+
+
+def test_kserve_s_own_rest_and_grpc_clients(server, expected) -> None:
+    """KServe 0.15.2's InferenceRESTClient (v1 and v2, JSON and binary tensors; it sends no
+    Content-Type for JSON) and InferenceGRPCClient."""
+    import asyncio
+
+    from kserve import InferenceGRPCClient, InferenceRESTClient, RESTConfig
+    from kserve.protocol.infer_type import InferInput, InferRequest
+
+    users = users_of(expected)[:2]
+    truth = expected.recommend(users, [4] * 2)
+
+    def v2_request(binary: bool) -> InferRequest:
+        items = InferInput("items", [2, 5], "BYTES")
+        items.set_data_from_numpy(np.array([u + [""] * (5 - len(u)) for u in users],
+                                           dtype=object), binary_data=binary)
+        k = InferInput("k", [1], "INT32")
+        k.set_data_from_numpy(np.array([4], np.int32), binary_data=binary)
+        return InferRequest(model_name="vaecf", infer_inputs=[items, k])
+
+    async def calls() -> list:
+        v1 = InferenceRESTClient(RESTConfig(protocol="v1"))
+        v2 = InferenceRESTClient(RESTConfig(protocol="v2"))
+        answers = [await v1.infer(server.url, {"instances": [{"items": u, "k": 4}
+                                                             for u in users]}, "vaecf")]
+        answers += [await v2.infer(server.url, v2_request(binary), "vaecf")
+                    for binary in (False, True)]
+        grpc_client = InferenceGRPCClient(f"127.0.0.1:{server.grpc_port}")
+        answers.append(await grpc_client.infer(v2_request(True)))
+        await grpc_client.close()
+        return answers
+
+    v1, *v2s = asyncio.run(calls())
+    assert [p["item_id"] for p in v1["predictions"]] == truth.item_ids.tolist()
+    for answer in v2s:
+        ids = answer.get_output_by_name("item_id").as_numpy()
+        assert [[i.decode() if isinstance(i, bytes) else i for i in row]
+                for row in ids] == truth.item_ids.tolist()
+
+
+def test_the_largest_legal_requests_leave_memory_where_it_was(model: Path, expected,
+                                                               tmp_path: Path) -> None:
+    """1,024 users x 1,000 items at the largest k, and one user of 10,000 items (each within
+    the 8 MiB body): the server's resident memory after them is within 5% of where it was
+    after warm-up and ordinary requests."""
+    process = ServerProcess(str(model))
+    process.start(tmp_path / "serve.log")
+    try:
+        ids = expected.item_ids.tolist()
+        ordinary = v1_body([ids[:30]] * 8, k=20)
+        for _ in range(20):
+            assert request(process.url, "POST", V1, ordinary, JSON)[0] == 200
+        before = process.rss_bytes()
+        row = (ids * (1000 // len(ids) + 1))[:1000]
+        largest = [v1_body([row] * 1024, k=300),
+                   v1_body([(ids * (10_000 // len(ids) + 1))[:10_000]], k=300)]
+        assert all(len(body) <= 8 * 2**20 for body in largest)
+        for _ in range(3):
+            for body in largest:
+                status, raw = request(process.url, "POST", V1, body, JSON, timeout=120)
+                assert status == 200, raw[:300]
+            assert request(process.url, "POST", V1, ordinary, JSON)[0] == 200
+        after = process.rss_bytes()
+    finally:
+        assert process.stop() == 0, process.log_tail()
+    assert after <= before * 1.05, f"{before / 2**20:.0f} -> {after / 2**20:.0f} MiB"
+
+
+def test_sigterm_stops_grpc_taking_calls_while_rest_drains(model: Path, expected,
+                                                           tmp_path: Path) -> None:
+    """After SIGTERM, with a REST request still in flight, a new gRPC call is refused at once
+    (not answered for the whole REST drain); the REST request is answered; exit 0."""
+    process = ServerProcess(str(model))
+    process.start(tmp_path / "serve.log")
+    body = v1_body([expected.item_ids[:5].tolist()], k=5)
+    in_flight = http.client.HTTPConnection("127.0.0.1", process.http_port, timeout=60)
+    in_flight.putrequest("POST", V1)
+    in_flight.putheader("Content-Type", "application/json")
+    in_flight.putheader("Content-Length", str(len(body)))
+    in_flight.endheaders(body[:10])
+    call = pb.ModelInferRequest(model_name="vaecf", inputs=[
+        pb.ModelInferRequest.InferInputTensor(
+            name="items", datatype="BYTES", shape=[1, 1],
+            contents=pb.InferTensorContents(bytes_contents=[b"1"])),
+        pb.ModelInferRequest.InferInputTensor(
+            name="k", datatype="INT32", shape=[1],
+            contents=pb.InferTensorContents(int_contents=[3]))])
+    with grpc.insecure_channel(f"127.0.0.1:{process.grpc_port}") as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        stub.ModelInfer(call, timeout=10)  # the channel is up
+        assert process.process is not None
+        process.process.send_signal(signal.SIGTERM)
+        time.sleep(2)
+        assert process.process.poll() is None  # still draining the REST request
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelInfer(call, timeout=10)
+        assert refused.value.code() in (grpc.StatusCode.UNAVAILABLE,
+                                        grpc.StatusCode.CANCELLED)
+    in_flight.send(body[10:])
+    response = in_flight.getresponse()
+    assert response.status == 200
+    assert process.process.wait(60) == 0, process.log_tail()
+
+
+def test_readme_gives_the_flags_defaults(cli) -> None:
+    import re
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    for flag, default in (("--max-batch-users", "256"), ("--max-header-bytes", "32,768"),
+                          ("--request-timeout", "30 s")):
+        assert re.search(rf"`{flag}` \(default {default}\)", readme), flag
+    from vaecf.stages.serve import build_parser
+
+    defaults = {a.dest: a.default for a in build_parser()._actions}
+    assert (defaults["max_batch_users"], defaults["max_header_bytes"],
+            defaults["request_timeout"]) == (256, 32768, 30.0)

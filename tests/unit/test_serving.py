@@ -109,7 +109,7 @@ def test_waiting_requests_share_one_model_call(saved: Path) -> None:
     calls: list[int] = []
     recommend = served.recommend
     served.recommend = lambda users, k: calls.append(len(users)) or recommend(users, k)
-    predictor = Predictor("vaecf", "unused")
+    predictor = Predictor("vaecf", "unused", max_batch_users=256)
     predictor.served = served
     bodies = [{"instances": [{"items": [str(IDS[i])], "k": 3}] * (1 + i % 2)} for i in range(6)]
 
@@ -128,3 +128,29 @@ def test_tf_serving_answers_recommend_ids_by_default(saved: Path) -> None:
     default = loaded.signatures["serving_default"]
     assert sorted(default.structured_input_signature[1]) == ["items", "k"]
     assert sorted(default.structured_outputs) == ["fallback", "item_id", "scores", "unknown"]
+
+
+def test_model_calls_never_exceed_the_warm_up_s_users_or_cells() -> None:
+    from vaecf.serve.predictor import calls
+
+    users = [["a"] * n for n in (1, 1, 1, 10, 2, 0, 30, 1)]
+    cuts = calls(users, max_users=3, max_cells=30)
+    assert cuts == [(0, 3), (3, 6), (6, 7), (7, 8)]  # 3 users; 3 x 10; 1 x 30; the rest
+    for start, stop in cuts:
+        width = max(1, *(len(u) for u in users[start:stop]))
+        assert stop - start <= 3 and (stop - start) * width <= 30
+    assert calls(users[:1], max_users=3, max_cells=30) == [(0, 1)]
+
+
+def test_rankings_of_consecutive_calls_join_into_one() -> None:
+    from vaecf.serve.model import Ranking
+
+    a = Ranking(np.array([["x", "y"]], dtype=object), np.array([[2.0, 1.0]], np.float32),
+                np.array([0], np.int32), np.array([False]))
+    b = Ranking(np.array([["z"], ["w"]], dtype=object), np.array([[3.0], [4.0]], np.float32),
+                np.array([1, 2], np.int32), np.array([True, False]))
+    joined = Ranking.join([a, b])
+    assert joined.item_ids.tolist() == [["x", "y"], ["z", ""], ["w", ""]]
+    assert joined.scores.tolist() == [[2.0, 1.0], [3.0, -np.inf], [4.0, -np.inf]]
+    assert joined.unknown.tolist() == [0, 1, 2] and joined.fallback.tolist() == [False, True,
+                                                                                 False]

@@ -4,7 +4,9 @@ Scenarios: every (concurrent clients, users per request) pair, each run for ``se
 closed-loop clients on loopback; the server's resident memory is read before and after each
 scenario, and growth is reported over the whole run and over the floor's own scenario. The
 same ``recommend_ids`` signature called in this process on requests of the largest size gives
-the ceiling that batched requests are compared with.
+the ceiling that batched requests are compared with. Last, the most clients with the smallest
+requests run twice more, alone and beside a ``Hostile`` client (huge headers and slowloris
+connections): their p99 with and without it shows whether one bad client delays the others.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from vaecf import log
-from vaecf.serve.loadtest import ServerProcess, in_process_rate, load, v1_body
+from vaecf.serve.loadtest import Hostile, ServerProcess, in_process_rate, load, v1_body
 from vaecf.serve.model import ServedModel
 
 PATH = "/v1/models/vaecf:predict"
@@ -80,12 +82,30 @@ def run_serve_benchmark(config: ServeBenchmarkConfig, log_dir: Path) -> dict[str
                 runs.append({**result.as_dict(), "rss_before_bytes": rss_before,
                              "rss_after_bytes": rss_after})
         memory_after = server.rss_bytes()
+        hostile = beside_hostile(server, item_ids, config)
     finally:
         code = server.stop()
     return {"config": asdict(config), "in_process_users_per_second": round(in_process, 1),
             "server_rss_bytes": {"before": memory_before, "after": memory_after},
-            "server_exit_code": code, "runs": runs,
+            "server_exit_code": code, "runs": runs, "hostile_client": hostile,
             "floors": floors(runs, in_process, memory_before, memory_after, largest)}
+
+
+def beside_hostile(server: ServerProcess, item_ids: np.ndarray,
+                   config: ServeBenchmarkConfig) -> dict[str, Any]:
+    """The most clients with the smallest requests, alone and then beside ``Hostile``."""
+    clients, users = max(config.clients), min(config.users_per_request)
+    payloads = bodies(item_ids, users, config)
+    alone = load(server.url, PATH, payloads, users, clients, config.seconds)
+    with Hostile(server.url) as hostile:
+        beside = load(server.url, PATH, payloads, users, clients, config.seconds)
+    log.info(f"{clients} clients x {users} users/request beside a huge-header and slowloris "
+             f"client: p99 {beside.p99_ms} ms ({alone.p99_ms} ms alone), p50 {beside.p50_ms} "
+             f"ms ({alone.p50_ms}), {beside.errors} errors; the hostile client sent "
+             f"{hostile.huge_headers:,} huge headers ({hostile.huge_bytes_sent / 2**20:,.0f} "
+             f"MiB) and opened {hostile.slow_connections:,} slow connections")
+    return {"clients": clients, "users_per_request": users, "alone": alone.as_dict(),
+            "beside_hostile": beside.as_dict(), "hostile": hostile.as_dict()}
 
 
 def floors(runs: list[dict[str, Any]], in_process: float, memory_before: int,

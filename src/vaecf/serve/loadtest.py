@@ -3,8 +3,9 @@
 ``ServerProcess`` starts ``vaecf serve`` on free loopback ports and stops it with SIGTERM
 (the tests use it too); ``load`` runs closed-loop clients (each sends its next request when
 the previous one is answered) for a fixed time and reports latency percentiles, users/s and
-errors; ``in_process_rate`` times the same signature called in this process, the ceiling the
-server is compared with.
+errors; ``Hostile`` runs a huge-header client and slow (slowloris) connections beside them;
+``in_process_rate`` times the same signature called in this process, the ceiling the server
+is compared with.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class ServerProcess:
     """
 
     model: str
+    args: tuple[str, ...] = ()  # further ``vaecf serve`` flags
     startup_timeout: float = 180.0
     http_port: int = field(default_factory=free_port)
     grpc_port: int = field(default_factory=free_port)
@@ -57,7 +59,8 @@ class ServerProcess:
     def start(self, log_path: Path) -> None:
         self.log_path = log_path
         command = [sys.executable, "-m", "vaecf.cli", "serve", "--model", self.model,
-                   "--http_port", str(self.http_port), "--grpc_port", str(self.grpc_port)]
+                   "--http_port", str(self.http_port), "--grpc_port", str(self.grpc_port),
+                   *self.args]
         with open(log_path, "wb") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                             env=os.environ.copy())
@@ -170,6 +173,73 @@ def load(url: str, path: str, bodies: list[bytes], users_per_request: int, clien
                       p50_ms=round(float(np.percentile(every, 50)), 2) if every.size else 0.0,
                       p99_ms=round(float(np.percentile(every, 99)), 2) if every.size else 0.0,
                       users_per_second=round(done * users_per_request / elapsed, 1))
+
+
+class Hostile:
+    """Misbehaving clients beside the normal ones, while the ``with`` block runs.
+
+    One thread sends huge headers back to back (one header line of up to ``huge_bytes`` on
+    each connection, as fast as the server takes it); another keeps ``slow`` connections open
+    that send one header line a second and never finish their request (slowloris).
+    """
+
+    def __init__(self, url: str, huge_bytes: int = 128 * 2**20, slow: int = 32) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.address = (host, int(port))
+        self.huge_bytes, self.slow = huge_bytes, slow
+        self.huge_headers = self.huge_bytes_sent = self.slow_connections = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._huge), threading.Thread(target=self._slow)]
+
+    def __enter__(self) -> Hostile:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+    def as_dict(self) -> dict[str, int]:
+        return {"huge_headers": self.huge_headers, "huge_bytes_sent": self.huge_bytes_sent,
+                "slow_connections": self.slow_connections}
+
+    def _huge(self) -> None:
+        chunk = b"a" * 2**16
+        while not self._stop.is_set():
+            sent = 0
+            try:
+                with socket.create_connection(self.address, timeout=5) as sock:
+                    sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nX-Huge: ")
+                    while sent < self.huge_bytes and not self._stop.is_set():
+                        sock.sendall(chunk)
+                        sent += len(chunk)
+            except OSError:
+                pass  # the server cut it off (or stopped reading for 5 s)
+            self.huge_headers += 1
+            self.huge_bytes_sent += sent
+
+    def _slow(self) -> None:
+        open_: list[socket.socket] = []
+        while not self._stop.is_set():
+            while len(open_) < self.slow:
+                try:
+                    sock = socket.create_connection(self.address, timeout=5)
+                    sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\n")
+                except OSError:
+                    break
+                open_.append(sock)
+                self.slow_connections += 1
+            for sock in list(open_):
+                try:
+                    sock.sendall(b"X-Slow: a\r\n")
+                except OSError:  # the server closed it
+                    open_.remove(sock)
+                    sock.close()
+            self._stop.wait(1.0)
+        for sock in open_:
+            sock.close()
 
 
 def in_process_rate(model: Any, users: list[list[str]], k: int, seconds: float) -> float:

@@ -36,6 +36,19 @@ class Ranking:
     unknown: np.ndarray
     fallback: np.ndarray
 
+    @classmethod
+    def join(cls, parts: list[Ranking]) -> Ranking:
+        """The rankings of consecutive slices of users as one (narrower ones padded)."""
+        width = max(part.item_ids.shape[1] for part in parts)
+
+        def pad(array: np.ndarray, fill: Any) -> np.ndarray:
+            return np.pad(array, ((0, 0), (0, width - array.shape[1])), constant_values=fill)
+
+        return cls(np.concatenate([pad(p.item_ids, "") for p in parts]),
+                   np.concatenate([pad(p.scores, -np.inf) for p in parts]),
+                   np.concatenate([p.unknown for p in parts]),
+                   np.concatenate([p.fallback for p in parts]))
+
     def rows(self, start: int, stop: int, width: int) -> Ranking:
         """Users ``start:stop`` and their first ``width`` places (one request of a batch)."""
         return Ranking(self.item_ids[start:stop, :width], self.scores[start:stop, :width],
@@ -72,16 +85,22 @@ class ServedModel:
             read_manifest(local, "train", required=["saved_model/saved_model.pb"])
             return cls(tf.saved_model.load(str(local / "saved_model")), uri)
 
-    def recommend(self, users: Sequence[Sequence[str]], k: Sequence[int]) -> Ranking:
-        """Top-k raw ids for each user of ``users`` (their items as raw ids), one model call."""
+    def recommend(self, users: Sequence[Sequence[str] | np.ndarray], k: Sequence[int]
+                  ) -> Ranking:
+        """Top-k raw ids for each user of ``users`` (their items as raw ids: text, or UTF-8
+        bytes arrays as ``vaecf.serve.protocol`` packs them), one model call.
+
+        The ids go to TensorFlow as one fixed-width bytes array, not as Python strings.
+        """
         import tensorflow as tf
 
-        width = max(1, max(len(items) for items in users))
-        padded = np.full((len(users), width), "", dtype=object)
-        for row, items in enumerate(users):
-            padded[row, :len(items)] = items
-        out = self._signature(items=tf.constant(padded, tf.string),
-                              k=tf.constant(np.asarray(k, np.int32)))
+        rows = [items if isinstance(items, np.ndarray)
+                else np.array([i.encode() for i in items], dtype=np.bytes_) for items in users]
+        width = max(1, max(row.size for row in rows))
+        padded = np.zeros((len(rows), width), dtype=f"S{max(row.itemsize for row in rows)}")
+        for index, row in enumerate(rows):
+            padded[index, :row.size] = row
+        out = self._signature(items=tf.constant(padded), k=tf.constant(np.asarray(k, np.int32)))
         return Ranking(item_ids=np.char.decode(out["item_id"].numpy().astype(np.bytes_),
                                                "utf-8").astype(object),
                        scores=out["scores"].numpy(), unknown=out["unknown"].numpy(),

@@ -17,6 +17,8 @@ model unchecked.
 
 from __future__ import annotations
 
+import math
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +33,7 @@ DEFAULT_K = 20
 MAX_K = 1000
 MAX_USERS = 1024  # per request
 MAX_ITEMS = 10_000  # per user; ML-20M's most active user has 9,254 ratings
+MAX_ID_BYTES = 256  # per item id (UTF-8); MBIDs are 36, SHA-1 hex 40
 MAX_BODY_BYTES = 8 * 2**20  # checked from Content-Length before the body is read
 INPUTS = [{"name": "items", "datatype": "BYTES", "shape": [-1, -1]},
           {"name": "k", "datatype": "INT32", "shape": [-1]}]
@@ -46,14 +49,19 @@ class RequestTooLarge(InvalidInput):
 
 @dataclass(frozen=True)
 class Batch:
-    """B users of one request: their items (raw ids, "" padding dropped) and their k."""
+    """B users of one request: their items and their k.
 
-    users: list[list[str]]
+    ``users[i]`` is bytes (n_i,): user i's raw ids as UTF-8, "" padding dropped. One array
+    per user, not a list of Python strings: a request's million ids are freed as soon as it
+    is parsed, before any model call, so they cannot leave the heap fragmented.
+    """
+
+    users: list[np.ndarray]
     k: list[int]
     columns: bool = False  # v1: answer in TF Serving's columnar form
 
 
-def _ids(value: Any, where: str) -> list[str]:
+def _ids(value: Any, where: str) -> np.ndarray:
     if not isinstance(value, list):
         raise InvalidInput(f"{where}: expected a list of item ids (strings)")
     if len(value) > MAX_ITEMS:
@@ -63,7 +71,29 @@ def _ids(value: Any, where: str) -> list[str]:
         if not isinstance(item, str):
             raise InvalidInput(f"{where}[{position}]: expected an item id as a string, got "
                                f"{_short(item)}")
-    return [item for item in value if item]
+    return _packed([_utf8(item, f"{where}[{i}]") for i, item in enumerate(value)])
+
+
+def _utf8(value: Any, where: str) -> bytes:
+    """An item id as UTF-8 bytes, at most ``MAX_ID_BYTES``."""
+    try:
+        if isinstance(value, bytes):
+            value.decode()
+            encoded = value
+        elif isinstance(value, str):
+            encoded = value.encode()
+        else:
+            raise InvalidInput(f"{where}: expected item ids as strings, got {_short(value)}")
+    except UnicodeError:
+        raise InvalidInput(f"{where}: an item id that is not UTF-8 text") from None
+    if len(encoded) > MAX_ID_BYTES:
+        raise RequestTooLarge(f"{where}: an item id of {len(encoded):,} bytes, over the limit "
+                              f"of {MAX_ID_BYTES}")
+    return encoded
+
+
+def _packed(ids: list[bytes]) -> np.ndarray:
+    return np.array([i for i in ids if i], dtype=np.bytes_)
 
 
 def _k(value: Any, where: str, n_items: int) -> int:
@@ -87,10 +117,12 @@ def _users(count: int, where: str) -> None:
 
 
 def parse_v1(body: Any, n_items: int) -> Batch:
-    """A v1 body (decoded JSON) -> a ``Batch``; rows or TF Serving columns.
+    """A v1 body (the request's bytes, or JSON KServe decoded) -> a ``Batch``; rows or TF
+    Serving columns.
 
-    KServe decodes only a bare ``application/json``; with parameters (``; charset=utf-8``)
-    the body comes as bytes and is decoded here.
+    ``vaecf.serve.gate`` hands every v1 body to KServe as ``application/json;
+    charset=utf-8``, which KServe passes on undecoded: malformed JSON gets this module's
+    message, whatever content type the client sent (or none).
     """
     if isinstance(body, bytes):
         try:
@@ -134,7 +166,11 @@ def _columns(inputs: Any, n_items: int) -> Batch:
 
 
 def parse_v2(request: InferRequest, n_items: int) -> Batch:
-    """A v2 ``InferRequest`` (REST or gRPC) -> a ``Batch``."""
+    """A v2 ``InferRequest`` (REST JSON, REST binary tensors or gRPC) -> a ``Batch``.
+
+    ``k`` is checked value by value as v1 checks it (an integer, not a bool, a float or a
+    string, from 1 to the cap), before any cast to INT32 could wrap or truncate it.
+    """
     by_name = {i.name: i for i in request.inputs}
     if by_name.keys() != {"items", "k"}:
         raise InvalidInput(f"inputs: expected 'items' (BYTES [B, L]) and 'k' (INT32 [B]), got "
@@ -150,26 +186,26 @@ def parse_v2(request: InferRequest, n_items: int) -> Batch:
         raise RequestTooLarge(f"items: {items.shape[1]:,} per user, over the limit of "
                               f"{MAX_ITEMS:,}")
     try:
-        ids, ks = items.as_numpy(), k.as_numpy()
-    except (ValueError, TypeError) as err:  # data that does not fill the declared shape
+        ids = items.as_numpy()
+        ks = _flat(k.data) if k.data else k.as_numpy().ravel().tolist()
+    except (ValueError, TypeError, struct.error) as err:  # data that does not fill the shape
         raise InvalidInput(f"inputs: data does not match the declared shape ({err})") from None
-    users = [[_text(i, f"items[{row}]") for i in row_ids] for row, row_ids in enumerate(ids)]
-    users = [[i for i in row if i] for row in users]
-    if ks.size not in (1, len(users)):
-        raise InvalidInput(f"k: expected 1 or {len(users)} values, got {ks.size}")
-    kk = [_k(int(value), f"k[{i}]", n_items) for i, value in enumerate(ks.tolist())]
+    if len(ks) != math.prod(k.shape):
+        raise InvalidInput(f"k: {len(ks)} values for the declared shape {k.shape}")
+    users = [_packed([_utf8(i, f"items[{row}]") for i in row_ids])
+             for row, row_ids in enumerate(ids)]
+    if len(ks) not in (1, len(users)):
+        raise InvalidInput(f"k: expected 1 or {len(users)} values, got {len(ks)}")
+    kk = [_k(value, f"k[{i}]", n_items) for i, value in enumerate(ks)]
     return Batch(users, kk * len(users) if len(kk) == 1 else kk)
 
 
-def _text(value: Any, where: str) -> str:
-    if isinstance(value, bytes):
-        try:
-            return value.decode()
-        except UnicodeDecodeError:
-            raise InvalidInput(f"{where}: an item id that is not UTF-8 text") from None
-    if isinstance(value, str):
-        return value
-    raise InvalidInput(f"{where}: expected item ids as strings, got {_short(value)}")
+def _flat(data: Any) -> list[Any]:
+    """Tensor data as sent (JSON may nest it by rows; gRPC sends it flat), flattened."""
+    flat: list[Any] = []
+    for value in data:
+        flat.extend(_flat(value) if isinstance(value, list) else [value])
+    return flat
 
 
 def v1_response(ranking: Ranking, batch: Batch) -> dict[str, Any]:
@@ -186,14 +222,22 @@ def v1_response(ranking: Ranking, batch: Batch) -> dict[str, Any]:
     return {"outputs": {name: [row[name] for row in rows] for name in rows[0]}}
 
 
-def v2_response(ranking: Ranking, model_name: str, request_id: str) -> InferResponse:
-    """The four outputs as tensors; past a user's k, id "" and score 0 (JSON has no -inf)."""
+def v2_response(ranking: Ranking, request: InferRequest, model_name: str) -> InferResponse:
+    """The four outputs as tensors; past a user's k, id "" and score 0 (JSON has no -inf).
+
+    Binary or JSON as the request asks (KServe's own servers do the same): REST
+    ``binary_data_output`` or per-output ``binary_data`` (the binary tensor extension, which
+    tritonclient asks for by default), gRPC raw outputs for raw inputs.
+    """
     scores = np.where(ranking.item_ids == "", np.float32(0), ranking.scores).astype(np.float32)
+    binary = bool(request.use_binary_outputs)
     outputs = []
     for spec, value in zip(OUTPUTS, (ranking.item_ids, scores, ranking.unknown.astype(np.int32),
                                      ranking.fallback.astype(bool)), strict=True):
         output = InferOutput(name=spec["name"], shape=list(value.shape),
                              datatype=spec["datatype"])
-        output.set_data_from_numpy(value, binary_data=False)
+        output.set_data_from_numpy(value, binary_data=binary)
         outputs.append(output)
-    return InferResponse(response_id=request_id, model_name=model_name, infer_outputs=outputs)
+    return InferResponse(response_id=request.id or "", model_name=model_name,
+                         infer_outputs=outputs, use_binary_outputs=binary,
+                         requested_outputs=request.request_outputs)

@@ -16,6 +16,10 @@ import re
 from vaecf.errors import VaecfError
 from vaecf.stages import new_parser, run_stage
 
+DEFAULT_BATCH_USERS = 256  # users per model call: 32 clients x 8 users in one go
+MAX_HEADER_BYTES = 32 * 2**10  # request line + headers; standard clients send < 1 KiB
+REQUEST_TIMEOUT = 30.0  # seconds to receive a whole request (8 MiB at 2 Mbit/s: 34 s)
+
 STAGE = "serve"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
 
@@ -32,6 +36,17 @@ def positive(text: str) -> int:
     value = int(text) if text.isdigit() else 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """argparse type of a duration: a number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
     return value
 
 
@@ -61,10 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_threads", type=positive, default=4, help="gRPC threads")
     parser.add_argument("--grace-period", type=positive, default=30,
                         help="seconds in-flight requests get to finish after SIGTERM")
-    parser.add_argument("--max-batch-users", type=positive, default=256,
+    parser.add_argument("--max-batch-users", type=positive, default=DEFAULT_BATCH_USERS,
                         help="most users in one model call (requests waiting together; a "
-                             "larger request is one call of its own); the warm-up runs one "
-                             "call of this size")
+                             "larger request is served by several calls); the warm-up runs "
+                             "calls of this size")
+    parser.add_argument("--max-header-bytes", type=positive, default=MAX_HEADER_BYTES,
+                        help="most bytes of a request's line and headers (431 past it)")
+    parser.add_argument("--request-timeout", type=seconds, default=REQUEST_TIMEOUT,
+                        help="seconds a request (headers and body) may take to arrive in "
+                             "full, and an idle new connection may stay open (408 past it)")
     return parser
 
 
@@ -83,7 +103,9 @@ def _body(args: argparse.Namespace) -> None:
     serve(ServeConfig(model=args.model, model_name=args.model_name, http_port=args.http_port,
                       grpc_port=args.grpc_port, workers=args.workers,
                       enable_grpc=args.enable_grpc, max_threads=args.max_threads,
-                      grace_period=args.grace_period, max_batch_users=args.max_batch_users))
+                      grace_period=args.grace_period, max_batch_users=args.max_batch_users,
+                      max_header_bytes=args.max_header_bytes,
+                      request_timeout=args.request_timeout))
 
 
 def main(argv: list[str] | None = None) -> int:
