@@ -75,12 +75,15 @@ class Location:
         the prefix is not part of the location.
       derive: the value the stage uses from the parsed flags, when it is not the flag's own
         (a default derived from another flag, a list given another way); None: the flag's.
+      holds: for a workspace, the names of what the stage writes in it (an existing
+        workspace holds nothing else, bar vaecf's hidden working files).
     """
 
     role: Role
     manifest: str = ""
     prefix: str = ""
     derive: Callable[[Any], Any] | None = None
+    holds: frozenset[str] = frozenset()
 
 
 def values(location: Location, dest: str, args: Any) -> list[str]:
@@ -109,7 +112,7 @@ def check_locations(given: Iterable[tuple[str, Location, str]]) -> None:
         role = location.role
         if role is Role.LOCAL_FILE and "://" in value:
             raise VaecfError(f"{flag} {value}: expected a local file")
-        if role in (Role.INPUT, Role.INPUT_ANY, Role.INPUT_FILE, Role.LOCAL_FILE):
+        if role in READS:
             _check_input(flag, value, role)
         elif role is Role.OUTPUT:
             check_output(value, location.manifest, inputs)
@@ -119,7 +122,7 @@ def check_locations(given: Iterable[tuple[str, Location, str]]) -> None:
             check_side_output(flag, value, inputs, outputs + checkpoints,
                               lambda rel: TENSORBOARD_FILE.fullmatch(rel) is not None)
         elif role is Role.WORKSPACE:
-            _check_workspace(flag, value)
+            _check_workspace(flag, value, location.holds)
         elif role is Role.STORE and not storage.is_s3(value):
             raise VaecfError(f"{flag} {value!r}: expected an s3:// prefix")
 
@@ -161,7 +164,8 @@ def check_name(flag: str, value: str) -> None:
 
 def _check_input(flag: str, value: str, role: Role) -> None:
     """A local input exists and is a folder (``INPUT``), a regular file (``INPUT_FILE``,
-    ``LOCAL_FILE``) or either (``INPUT_ANY``): never a device, a FIFO or a socket."""
+    ``LOCAL_FILE``) or either (``INPUT_ANY``, ``SOURCE``): never a device, a FIFO or a
+    socket."""
     if not _local(value):
         return
     path = local_path(value)
@@ -171,7 +175,7 @@ def _check_input(flag: str, value: str, role: Role) -> None:
     if role is Role.INPUT and not path.is_dir():
         raise VaecfError(f"{flag} {value}: is not a folder")
     if role is not Role.INPUT and not path.is_file() and not (
-            role is Role.INPUT_ANY and path.is_dir()):
+            role in (Role.INPUT_ANY, Role.SOURCE) and path.is_dir()):
         raise VaecfError(f"{flag} {value}: is not a regular file")
 
 
@@ -269,11 +273,15 @@ def _check_s3_side(flag: str, value: str, own: Callable[[str], bool]) -> None:
                          "there (give an empty or new prefix); nothing was written")
 
 
-def _check_workspace(flag: str, value: str) -> None:
-    """A folder of stage outputs: never ``.``, the working directory or a parent of it."""
+def _check_workspace(flag: str, value: str, holds: frozenset[str]) -> None:
+    """A folder of stage outputs: never ``.``, the working directory or a parent of it, nor a
+    folder holding anything but ``holds`` (and vaecf's hidden ``.<name>.*`` working files)."""
     if storage.is_s3(value):
         if not storage.split_s3(value)[1]:
             raise VaecfError(f"{flag} {value}: a bucket root is never vaecf's (give a prefix)")
+        check_not_inside_output(value)
+        _no_strangers(flag, value, {k.split("/", 1)[0] for k in storage.list_keys(value)},
+                      holds)
         return
     raw = local_path(value)
     real = resolved(raw, value)
@@ -283,3 +291,17 @@ def _check_workspace(flag: str, value: str) -> None:
                          "are never vaecf's (give a folder of its own); nothing was written")
     if real.exists() and not real.is_dir():
         raise VaecfError(f"{flag} {value}: exists and is not a folder; nothing was written")
+    if real.is_dir() and (os.path.ismount(real) or any(real.glob("*_manifest.json"))):
+        raise VaecfError(f"{flag} {value}: is a mount point or a stage's output, not a folder "
+                         "of vaecf's own; nothing was written")
+    check_not_inside_output(f"{flag} {value}", real)
+    if real.is_dir():
+        _no_strangers(flag, value, {p.name for p in real.iterdir()}, holds)
+
+
+def _no_strangers(flag: str, value: str, names: set[str], holds: frozenset[str]) -> None:
+    ours = {n for n in names if n in holds or any(n.startswith(f".{h}.") for h in holds)}
+    strangers = sorted(names - ours)
+    if strangers:
+        raise VaecfError(f"{flag} {value}: holds {strangers[0]}, which vaecf did not write "
+                         f"there (give a new or empty folder); nothing was written")

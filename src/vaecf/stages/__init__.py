@@ -53,15 +53,15 @@ class _Parser(argparse.ArgumentParser):
 
 def location(parser: argparse.ArgumentParser, flag: str, role: Role, *, manifest: str = "",
              prefix: str = "", derive: Callable[[Any], Any] | None = None,
-             **kwargs: Any) -> argparse.Action:
+             holds: frozenset[str] = frozenset(), **kwargs: Any) -> argparse.Action:
     """Add the flag ``flag``, which names a location of role ``role``, and register it.
 
-    ``manifest``, ``prefix`` and ``derive`` are ``vaecf.io.roles.Location``'s; the other
-    keyword arguments are ``add_argument``'s.
+    ``manifest``, ``prefix``, ``derive`` and ``holds`` are ``vaecf.io.roles.Location``'s;
+    the other keyword arguments are ``add_argument``'s.
     """
     action = parser.add_argument(flag, **kwargs)
     registry: dict[str, tuple[str, Location]] = getattr(parser, "locations")  # noqa: B009
-    registry[action.dest] = (flag, Location(role, manifest, prefix, derive))
+    registry[action.dest] = (flag, Location(role, manifest, prefix, derive, holds))
     return action
 
 

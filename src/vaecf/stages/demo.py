@@ -22,6 +22,8 @@ from vaecf.log import info
 from vaecf.stages import location, new_parser, run_stage, seed
 
 STAGE = "demo"
+# What the demo writes in its --output: each stage's output, and the checkpoints.
+PARTS = frozenset({"raw", "interactions", "split", "model", "checkpoints", "metrics", "report"})
 PRECISIONS = ("auto", "fp32", "mixed_float16", "mixed_bfloat16")
 
 
@@ -46,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dataset", default="synthetic", help="dataset name (see download)")
     location(parser, "--source", Role.SOURCE, help="where to download the dataset from "
              "(default: its public URL; synthetic needs none)")
-    location(parser, "--output", Role.WORKSPACE, default="demo-output",
+    location(parser, "--output", Role.WORKSPACE, default="demo-output", holds=PARTS,
              help="directory or s3:// prefix holding every stage's output (never '.', the "
              "working directory or a parent of it)")
     parser.add_argument("--users", type=int, default=5000, help="synthetic users")
