@@ -20,7 +20,7 @@ from typing import Any
 
 from vaecf.errors import VaecfError
 from vaecf.io import readers, storage
-from vaecf.io.location import NAME_MAX, check_output, holding, local_path
+from vaecf.io.location import NAME_MAX, check_output, holding, local_path, resolved
 from vaecf.io.locks import busy, lease, lock_file, lock_held, pid_alive
 from vaecf.io.paths import inside
 
@@ -57,7 +57,9 @@ def publish(output: str, manifest: str, inputs: Iterable[str | None] = ()) -> It
             check_output(output, manifest, sources)
             storage.upload_dir(staging, output, first=manifest)
         return
-    target = Path(os.path.abspath(local_path(output)))
+    # The path the check resolved, symbolic links followed: ``l/../o`` is where ``l`` points
+    # to, as the kernel reads it, not ``o`` beside ``l`` (``os.path.abspath``'s reading).
+    target = resolved(local_path(output), output)
     with _local_area(target, output) as area:
         staging = area / "out"
         staging.mkdir()

@@ -154,6 +154,10 @@ def check_name(flag: str, value: str) -> None:
     if len(os.fsencode(str(path))) > PATH_MAX - NAME_MAX:
         raise VaecfError(f"{where}: a path of {len(os.fsencode(str(path)))} bytes (at most "
                          f"{PATH_MAX - NAME_MAX})")
+    dangling = next((p for p in (path, *path.parents) if p.is_symlink() and not p.exists()),
+                    None)
+    if dangling is not None:
+        raise VaecfError(f"{where}: {dangling} is a symbolic link to nothing")
     real = resolved(path, f"{flag} {value}")
     for special in _SPECIAL:
         if (real == special or special in real.parents) and not any(

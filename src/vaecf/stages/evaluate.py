@@ -205,7 +205,7 @@ def _scorer(name: str, split: Split, config: EvaluateConfig, stack: ExitStack) -
     if name == "ease":
         return Ease(split.train, config.ease_lambda)
     model_dir = stack.enter_context(open_input(name))
-    return SavedModelScorer(model_dir, split.n_items, split.digest)
+    return SavedModelScorer(model_dir, split.n_items, split.digest, split.train)
 
 
 def _metrics_json(config: EvaluateConfig, split: Split, main: Evaluation,
