@@ -118,10 +118,12 @@ def _check_local(output: str, manifest: str, inputs: list[str]) -> None:
                           "(a stage replaces only its own output)")
 
 
-def check_not_inside_output(uri: str, real: Path | None = None) -> None:
+def check_not_inside_output(uri: str, real: Path | None = None, shown: str = "") -> None:
     """Refuse a location inside a stage's output: a folder above it holds a
     ``*_manifest.json`` (that output would then hold files its manifest does not list, and no
-    stage could replace it again). ``real``: a local location, resolved."""
+    stage could replace it again). ``real``: a local location, resolved; ``shown``: how the
+    message names the location (default ``uri``)."""
+    shown = shown or uri
     if storage.is_s3(uri):
         bucket, key = storage.split_s3(uri)
         for above in PurePosixPath(key).parents:
@@ -129,13 +131,14 @@ def check_not_inside_output(uri: str, real: Path | None = None) -> None:
             found = sorted(n for n in storage.list_names(f"s3://{bucket}/{prefix}")
                            if n.endswith("_manifest.json"))
             if found:
-                raise _refuse(uri, f"lies inside s3://{bucket}/{prefix}, a stage's output "
+                raise _refuse(shown, f"lies inside s3://{bucket}/{prefix}, a stage's output "
                               f"(it holds {found[0]})")
         return
     for folder in (real or resolved(local_path(uri), uri)).parents:
         found = sorted(p.name for p in folder.glob("*_manifest.json")) if folder.is_dir() else []
         if found:
-            raise _refuse(uri, f"lies inside {folder}, a stage's output (it holds {found[0]})")
+            raise _refuse(shown, f"lies inside {folder}, a stage's output (it holds "
+                          f"{found[0]})")
 
 
 def _check_length(output: str, real: Path) -> None:

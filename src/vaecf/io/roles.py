@@ -237,7 +237,7 @@ def check_side_output(flag: str, value: str, inputs: Iterable[str], outputs: Ite
     if manifests:
         raise VaecfError(f"{flag} {value}: holds {manifests[0]}, a stage's output (it goes in "
                          "a folder of its own); nothing was written")
-    check_not_inside_output(f"{flag} {value}", path)
+    check_not_inside_output(value, path, f"{flag} {value}")
     if existing == path:
         if os.path.ismount(path):
             raise VaecfError(f"{flag} {value}: is a mount point; give a folder below it")
@@ -270,7 +270,7 @@ def _check_s3_side(flag: str, value: str, own: Callable[[str], bool]) -> None:
     if not storage.split_s3(value)[1]:
         raise VaecfError(f"{flag} {value}: a bucket root is never a folder of vaecf's (give "
                          "a prefix)")
-    check_not_inside_output(value)
+    check_not_inside_output(value, shown=f"{flag} {value}")
     strangers = [k for k in storage.list_keys(value) if not own(k)]
     if strangers:
         raise VaecfError(f"{flag} {value}: holds {strangers[0]}, which vaecf did not write "
@@ -283,7 +283,7 @@ def _check_workspace(flag: str, value: str, holds: frozenset[str]) -> None:
     if storage.is_s3(value):
         if not storage.split_s3(value)[1]:
             raise VaecfError(f"{flag} {value}: a bucket root is never vaecf's (give a prefix)")
-        check_not_inside_output(value)
+        check_not_inside_output(value, shown=f"{flag} {value}")
         _no_strangers(flag, value, {k.split("/", 1)[0] for k in storage.list_keys(value)},
                       holds)
         return
@@ -298,7 +298,7 @@ def _check_workspace(flag: str, value: str, holds: frozenset[str]) -> None:
     if real.is_dir() and (os.path.ismount(real) or any(real.glob("*_manifest.json"))):
         raise VaecfError(f"{flag} {value}: is a mount point or a stage's output, not a folder "
                          "of vaecf's own; nothing was written")
-    check_not_inside_output(f"{flag} {value}", real)
+    check_not_inside_output(value, real, f"{flag} {value}")
     if real.is_dir():
         _no_strangers(flag, value, {p.name for p in real.iterdir()}, holds)
 

@@ -69,14 +69,9 @@ def render_service(template: dict[str, Any], params: ServiceParams) -> dict[str,
     metadata = service.setdefault("metadata", {})
     metadata["name"], metadata["namespace"] = params.name, params.namespace
     metadata.setdefault("labels", {})[render.RUN_ID_LABEL] = render.run_label(params.run_id)
-    predictor = service["spec"].get("predictor")
-    containers = predictor.get("containers") if isinstance(predictor, dict) else None
-    if not (isinstance(containers, list) and len(containers) == 1
-            and isinstance(containers[0], dict)):
-        raise VaecfError("InferenceService template: expected one predictor container (a "
-                         "mapping)")
+    predictor = service["spec"]["predictor"]
     predictor["serviceAccountName"] = params.service_account
-    (container,) = containers
+    (container,) = _containers(service, "InferenceService template")
     container["image"] = params.image
     args = container.setdefault("args", [])
     if "--model_name" in args:
@@ -89,8 +84,20 @@ def render_service(template: dict[str, Any], params: ServiceParams) -> dict[str,
     return service
 
 
+def _containers(service: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """The predictor's one container (a mapping), or one line saying what the template lacks."""
+    predictor = service["spec"].get("predictor")
+    containers = predictor.get("containers") if isinstance(predictor, dict) else None
+    if not (isinstance(containers, list) and len(containers) == 1
+            and isinstance(containers[0], dict)):
+        raise VaecfError(f"{where}: expected one predictor container (a mapping)")
+    return containers
+
+
 def load_template(path: Path) -> dict[str, Any]:
-    return render.load_template(path, "InferenceService")
+    template = render.load_template(path, "InferenceService")
+    _containers(template, str(path))
+    return template
 
 
 def apply(api_client: Any, service: dict[str, Any]) -> str:

@@ -177,6 +177,12 @@ def load_template(path: Path, kind: str = "MPIJob") -> dict[str, Any]:
         raise VaecfError(f"{path}: not an {kind} manifest")
     if not isinstance(template.get("spec"), dict):
         raise VaecfError(f"{path}: the {kind} template has no 'spec' mapping")
+    if kind == "MPIJob":
+        try:
+            for role in ("Launcher", "Worker"):
+                container(template["spec"], role)
+        except VaecfError as err:
+            raise VaecfError(f"{path}: {err}") from None
     return template
 
 

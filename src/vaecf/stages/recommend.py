@@ -123,14 +123,15 @@ def recommend(model_dir: Path, item_ids: np.ndarray, pairs: pd.DataFrame,
     import tensorflow as tf
 
     loaded = tf.saved_model.load(str(model_dir / "saved_model"))
-    lookup = pd.Series(np.arange(item_ids.size, dtype=np.int64),
-                       index=saved_id_map(loaded, item_ids, model_dir))
-    raw_items = id_text(pairs["item_id"])
-    known = raw_items.isin(lookup.index).to_numpy()
-    users = np.sort(pairs["user_id"].unique())
-    user_row = pd.Series(np.arange(users.size), index=users)
-    rows = user_row[pairs["user_id"][known]].to_numpy()
-    items = lookup[raw_items[known]].to_numpy()
+    # Python's dict and sort, not pandas' hash tables: those compare text up to a NUL, so
+    # user "a<NUL>b" would be user "a".
+    position = {text: i for i, text in enumerate(saved_id_map(loaded, item_ids, model_dir))}
+    found = np.array([position.get(text, -1) for text in id_text(pairs["item_id"])],
+                     dtype=np.int64)
+    known = found >= 0
+    users, user_of_pair = np.unique(pairs["user_id"].to_numpy(dtype=object),
+                                    return_inverse=True)
+    rows, items = user_of_pair[known], found[known]
     order = np.lexsort((items, rows))
     rows, items = rows[order], items[order]
     # A pair given twice (or as 4 and 4.0) is one known item, as in ``vaecf serve``.
@@ -174,16 +175,17 @@ def _body(args: argparse.Namespace) -> None:
             raise VaecfError(f"--top-k {args.top_k}: the model scores {item_ids.size:,} items "
                              f"(use at most {item_ids.size})")
         table, unknown = recommend(model_dir, item_ids, pairs, args.top_k)
+        users = len(np.unique(pairs["user_id"].to_numpy(dtype=object)))
         if unknown:
             log.warning(f"vaecf {STAGE}: warning: {unknown:,} of {len(pairs):,} pairs name an "
                         "item the model was not trained on; ignored")
         save_parquet(staging / "recommendations.parquet", table)
         write_manifest(staging, STAGE, inputs={"model": args.model, "input": args.input},
                        parameters={"top_k": args.top_k},
-                       counts={"users": int(pairs["user_id"].nunique()),
+                       counts={"users": users,
                                "pairs": len(pairs), "unknown_item_pairs": unknown,
                                "recommendations": table.num_rows}, started=started)
-    log.info(f"{table.num_rows:,} recommendations for {pairs['user_id'].nunique():,} users "
+    log.info(f"{table.num_rows:,} recommendations for {users:,} users "
              f"written to {args.output} ({unknown:,} pairs with an unknown item ignored)")
 
 

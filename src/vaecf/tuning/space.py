@@ -100,7 +100,8 @@ def load_space(text: str, where: str) -> dict[str, list[Any]]:
     return {name: list(values) for name, values in space.items()}
 
 
-def trials(space: Mapping[str, list[Any]], count: int, seed: int) -> list[dict[str, Any]]:
+def trials(space: Mapping[str, list[Any]], count: int, seed: int,
+           where: str = "--space") -> list[dict[str, Any]]:
     """``count`` distinct trials: the whole grid in order if it has at most ``count``
     points, else a random sample of the grid drawn with ``seed``."""
     if count < 1:
@@ -108,7 +109,7 @@ def trials(space: Mapping[str, list[Any]], count: int, seed: int) -> list[dict[s
     names = list(space)
     size = math.prod(len(space[name]) for name in names)
     if size > GRID_LIMIT:
-        raise VaecfError(f"space: a grid of {size:,} points (at most {GRID_LIMIT:,}); search "
+        raise VaecfError(f"{where}: a grid of {size:,} points (at most {GRID_LIMIT:,}); search "
                          "fewer values")
     points = range(size)
     if size > count:
