@@ -25,13 +25,14 @@ TEXT_LIMIT = 4 * 1024 * 1024  # a template, a search space, a lease
 JSONL_LIMIT = 256 * 1024 * 1024  # a train log of a long run, a tuning sweep's trials
 
 
-def read_bytes(path: Path, where: str | None = None, limit: int = JSON_LIMIT) -> bytes:
+def read_bytes(path: Path, where: str | None = None, limit: int | None = None) -> bytes:
     """At most ``limit`` bytes of the regular file ``path``; a larger file is refused.
 
     Args:
       where: how the file is named in messages (an ``s3://`` key, a flag); default ``path``.
     """
     where = where or str(path)
+    limit = JSON_LIMIT if limit is None else limit
     try:
         with open(path, "rb") as handle:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
@@ -53,9 +54,10 @@ def decode(data: bytes, where: str) -> str:
                          f"{data[err.start:err.start + 1]!r})") from None
 
 
-def read_text(path: Path, where: str | None = None, limit: int = TEXT_LIMIT) -> str:
-    """A UTF-8 text file of at most ``limit`` bytes."""
-    return decode(read_bytes(path, where, limit), where or str(path))
+def read_text(path: Path, where: str | None = None, limit: int | None = None) -> str:
+    """A UTF-8 text file of at most ``limit`` bytes (default ``TEXT_LIMIT``)."""
+    return decode(read_bytes(path, where, TEXT_LIMIT if limit is None else limit),
+                  where or str(path))
 
 
 def parse_json(text: str | bytes, where: str, expect: type | None = dict) -> Any:
@@ -71,17 +73,17 @@ def parse_json(text: str | bytes, where: str, expect: type | None = dict) -> Any
 
 
 def read_json(path: Path, where: str | None = None, expect: type | None = dict,
-              limit: int = JSON_LIMIT) -> Any:
+              limit: int | None = None) -> Any:
     """The JSON value of the file ``path`` (at most ``limit`` bytes), of type ``expect``."""
     where = where or str(path)
     return parse_json(decode(read_bytes(path, where, limit), where), where, expect)
 
 
 def read_jsonl(path: Path, where: str | None = None,
-               limit: int = JSONL_LIMIT) -> list[tuple[int, Any]]:
+               limit: int | None = None) -> list[tuple[int, Any]]:
     """The JSON value of each non-blank line of ``path``, with its line number."""
     where = where or str(path)
-    text = decode(read_bytes(path, where, limit), where)
+    text = decode(read_bytes(path, where, JSONL_LIMIT if limit is None else limit), where)
     return [(number, parse_json(line, f"{where}: line {number}", expect=None))
             for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
 
@@ -161,10 +163,30 @@ def read_npz_csr(path: Path, where: str | None = None) -> Any:
 
     where = where or str(path)
     try:
+        _check_npz_members(path, where)
         matrix = sp.load_npz(path)
         return matrix.tocsr()
-    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as err:
+    except (OSError, ValueError, KeyError, TypeError, EOFError, MemoryError,
+            zipfile.BadZipFile) as err:
         raise VaecfError(f"{where}: not a readable CSR matrix ({str(err)[:200]})") from None
+
+
+def _check_npz_members(path: Path, where: str) -> None:
+    """Every array of the archive holds no more data than its member does, and no objects:
+    a header edited to claim 10^12 elements is refused before anything is allocated."""
+    import numpy as np
+
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            with archive.open(info) as member:
+                major, _ = np.lib.format.read_magic(member)
+                header = (np.lib.format.read_array_header_1_0 if major == 1 else
+                          np.lib.format.read_array_header_2_0)
+                shape, _, dtype = header(member)
+                claimed = math.prod(shape) * dtype.itemsize
+                if dtype.hasobject or member.tell() + claimed > info.file_size:
+                    raise VaecfError(f"{where}: {info.filename} declares {shape} {dtype}, "
+                                     f"more than its {info.file_size:,} bytes hold")
 
 
 def read_csv_text(path: Path, columns: tuple[str, ...], where: str | None = None) -> Any:

@@ -202,9 +202,10 @@ def check_meta(meta: dict[str, Any], where: str) -> None:
         field(meta, key, where, kind)
     for number, entry in enumerate(meta["log"]):
         field(entry, "epoch", f"{where}: log[{number}]", "int")
-    if meta["epoch"] < 1 or meta["step"] < 0:
-        raise VaecfError(f"{where}: epoch {meta['epoch']} and step {meta['step']}: expected "
-                         "an epoch >= 1 and a step >= 0")
+    if not (1 <= meta["epoch"] < 2**31 and 0 <= meta["step"] < 2**62):
+        raise VaecfError(f"{where}: epoch {str(meta['epoch'])[:20]} and step "
+                         f"{str(meta['step'])[:20]}: expected an epoch in 1 .. 2**31 - 1 and "
+                         "a step in 0 .. 2**62 - 1")
 
 
 class StopRequest(threading.Event):
