@@ -116,6 +116,7 @@ def field(mapping: Mapping[str, Any], key: str, where: str, kind: str) -> Any:
 
 # Parquet column kinds: what ``read_parquet`` accepts for a column.
 IDS = "ids"  # raw ids: integers or text
+RAW_IDS = "raw ids"  # a user's raw ids: integers, text, or integers written as floats
 INDEX = "index"  # contiguous indices: integers
 NUMBER = "number"  # integers or floats
 
@@ -150,10 +151,12 @@ def _check_column(kind_of: Any, name: str, kind: str, where: str) -> None:
 
     text = pa.types.is_string(kind_of) or pa.types.is_large_string(kind_of)
     ok = {IDS: pa.types.is_integer(kind_of) or text,
+          RAW_IDS: pa.types.is_integer(kind_of) or text or pa.types.is_floating(kind_of),
           INDEX: pa.types.is_integer(kind_of),
           NUMBER: pa.types.is_integer(kind_of) or pa.types.is_floating(kind_of)}[kind]
     if not ok:
-        expected = {IDS: "integers or text", INDEX: "integers", NUMBER: "numbers"}[kind]
+        expected = {IDS: "integers or text", RAW_IDS: "integers, floats or text",
+                    INDEX: "integers", NUMBER: "numbers"}[kind]
         raise VaecfError(f"{where}: column {name} holds {kind_of}, expected {expected}")
 
 

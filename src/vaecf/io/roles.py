@@ -136,8 +136,8 @@ def check_name(flag: str, value: str) -> None:
     where = f"{flag} {value!r}" if len(value) <= 120 else f"{flag} {value[:60]!r}..."
     if not value.strip() or "\0" in value:
         raise VaecfError(f"{where}: expected a location (empty, or holds a NUL)")
-    if storage.is_s3(value):
-        _, key = storage.split_s3(value)
+    if storage.is_s3(value):  # the bucket's name is the stage's to check (storage.split_s3)
+        key = value[len("s3://"):].partition("/")[2].strip("/")
         parts = value[len("s3://"):].rstrip("/").split("/")[1:]
         if {"", ".", ".."} & set(parts):  # S3 keeps them literally; some servers do not
             raise VaecfError(f"{where}: '.', '..' and '//' are never part of an S3 key")
@@ -173,14 +173,14 @@ def _check_input(flag: str, value: str, role: Role) -> None:
     if not _local(value):
         return
     path = local_path(value)
-    if not path.exists():
-        raise VaecfError(f"{flag} {value}: does not exist (a name is taken literally, "
-                         "never as a pattern)")
+    kind = "directory" if role is Role.INPUT else "file"
+    if not path.exists():  # a name, never a pattern: 'ra?' is not 'raw'
+        raise VaecfError(f"{value}: input {kind} does not exist")
     if role is Role.INPUT and not path.is_dir():
-        raise VaecfError(f"{flag} {value}: is not a folder")
+        raise VaecfError(f"{value}: input is not a directory ({flag})")
     if role is not Role.INPUT and not path.is_file() and not (
             role in (Role.INPUT_ANY, Role.SOURCE) and path.is_dir()):
-        raise VaecfError(f"{flag} {value}: is not a regular file")
+        raise VaecfError(f"{value}: input is not a regular file ({flag})")
 
 
 def _checkpoint_file(rel: str) -> bool:
@@ -238,9 +238,7 @@ def check_side_output(flag: str, value: str, inputs: Iterable[str], outputs: Ite
         raise VaecfError(f"{flag} {value}: holds {manifests[0]}, a stage's output (it goes in "
                          "a folder of its own); nothing was written")
     check_not_inside_output(value, path, f"{flag} {value}")
-    if existing == path:
-        if os.path.ismount(path):
-            raise VaecfError(f"{flag} {value}: is a mount point; give a folder below it")
+    if existing == path:  # written into, never replaced: a mount point will do
         strangers = sorted(_strangers(path, own))
         if strangers:
             raise VaecfError(f"{flag} {value}: holds {strangers[0]}, which vaecf did not write "

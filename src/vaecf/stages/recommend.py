@@ -25,7 +25,7 @@ from vaecf import log
 from vaecf.data.splits import save_parquet
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, read_manifest, write_manifest
-from vaecf.io.readers import IDS, INDEX, read_csv_text, read_parquet
+from vaecf.io.readers import IDS, INDEX, RAW_IDS, read_csv_text, read_parquet
 from vaecf.io.roles import Role
 from vaecf.metrics.evaluation import chunk_users
 from vaecf.serve.model import item_id_map
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 def read_pairs(path: Path) -> pd.DataFrame:
     """The ``user_id,item_id`` pairs of a Parquet or CSV file (raw ids)."""
     if path.suffix == ".parquet":
-        frame = read_parquet(path, {c: IDS for c in COLUMNS}).to_pandas()
+        frame = read_parquet(path, {c: RAW_IDS for c in COLUMNS}).to_pandas()
     elif path.suffix == ".csv":  # ids are text: 007 is not 7; only an empty field is NA
         frame = read_csv_text(path, COLUMNS)
     else:
