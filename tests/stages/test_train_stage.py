@@ -421,8 +421,8 @@ def test_s3_checkpoint_dir_in_the_split_or_another_output_is_refused(synthetic_s
     code, _, err = cli("train", "--split", split, "--output", f"s3://{s3_bucket}/model",
                        *SMALL, "--checkpoint-dir", f"s3://{s3_bucket}/other")
     assert err == (f"vaecf train: error: --checkpoint-dir s3://{s3_bucket}/other: holds "
-                   "dataset_manifest.json, which vaecf did not write there (give an empty or "
-                   "new prefix); nothing was written\n")
+                   "dataset_manifest.json, a stage's output (it goes in a folder of its own); "
+                   "nothing was written\n")
     assert storage.list_keys(split) == before
     assert storage.list_keys(f"s3://{s3_bucket}/model") == []
 

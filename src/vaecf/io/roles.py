@@ -269,7 +269,12 @@ def _check_s3_side(flag: str, value: str, own: Callable[[str], bool]) -> None:
         raise VaecfError(f"{flag} {value}: a bucket root is never a folder of vaecf's (give "
                          "a prefix)")
     check_not_inside_output(value, shown=f"{flag} {value}")
-    strangers = [k for k in storage.list_keys(value) if not own(k)]
+    keys = storage.list_keys(value)
+    manifests = [k for k in keys if "/" not in k and k.endswith("_manifest.json")]
+    if manifests:
+        raise VaecfError(f"{flag} {value}: holds {manifests[0]}, a stage's output (it goes in "
+                         "a folder of its own); nothing was written")
+    strangers = [k for k in keys if not own(k)]
     if strangers:
         raise VaecfError(f"{flag} {value}: holds {strangers[0]}, which vaecf did not write "
                          "there (give an empty or new prefix); nothing was written")
