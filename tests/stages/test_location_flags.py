@@ -134,6 +134,7 @@ def attacks(stage: str, role: Role, w: World) -> dict[str, str]:
         "s3-double-slash": "s3://bucket/runs//raw",
         "long-name": str(w.root / ("x" * 300)),
         "long-path": str(w.root / "/".join(["d" * 200] * 20)),
+        "blank": "\u2003\u00a0",
     }
     if role in OUTPUTS:
         other = w.inter if stage == "download" else w.raw
@@ -177,7 +178,8 @@ def _cases() -> list[tuple[str, str, Role, str]]:
 
 
 def _attack_names(role: Role) -> list[str]:
-    common = ["proc", "mount-point", "s3-dotdot", "s3-double-slash", "long-name", "long-path"]
+    common = ["proc", "mount-point", "s3-dotdot", "s3-double-slash", "long-name", "long-path",
+              "blank"]
     if role in OUTPUTS:
         return [*common, "existing-file", "users-folder", "other-stage-output",
                 "inside-input", "symlink-into-input", "glob-inside-input",

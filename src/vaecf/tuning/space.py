@@ -111,7 +111,7 @@ def trials(space: Mapping[str, list[Any]], count: int, seed: int,
     if size > GRID_LIMIT:
         raise VaecfError(f"{where}: a grid of {size:,} points (at most {GRID_LIMIT:,}); search "
                          "fewer values")
-    points = range(size)
+    points: list[int] | range = range(size)
     if size > count:
         points = sorted(int(i) for i in np.random.default_rng(seed).choice(size, size=count,
                                                                            replace=False))
