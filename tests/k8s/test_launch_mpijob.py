@@ -196,8 +196,7 @@ def test_a_template_that_is_not_an_mpijob_creates_nothing(env, cli, monkeypatch)
         absent = cli(*argv(env, "--template", str(missing)))
     assert other == (1, "", f"vaecf launch-mpijob: error: {service}: not an MPIJob manifest\n")
     assert absent[0] == 1 and absent[2].count("\n") == 1
-    assert absent[2].startswith(f"vaecf launch-mpijob: error: {missing}: cannot read the "
-                                "MPIJob template ([Errno 2] No such file or directory")
+    assert absent[2] == f"vaecf launch-mpijob: error: {missing}: input file does not exist\n"
     assert server.cluster.requests == []
 
 

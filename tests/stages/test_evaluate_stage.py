@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
+from vaecf.baselines.popularity import Popularity
 from vaecf.data.splits import load_split
 from vaecf.io import write_manifest
 from vaecf.metrics import evaluate
@@ -109,9 +110,10 @@ def test_rerun_is_identical_and_top_k_skips_fold_in(synthetic_split, cli, tmp_pa
 
 
 def export_model(directory: Path, weights: np.ndarray, n_items_in_manifest: int,
-                 split_digest: str) -> Path:
+                 split_digest: str, train: sp.csr_matrix | None = None) -> Path:
     """A tiny SavedModel with the trainer's ``score`` signature: scores = x_u @ weights,
-    recorded as trained on the split ``split_digest``."""
+    recorded as trained on the split ``split_digest``; with ``train``, it carries that
+    training matrix's popularity as the trainer's export does."""
     import tensorflow as tf
 
     n_items = weights.shape[0]
@@ -120,6 +122,8 @@ def export_model(directory: Path, weights: np.ndarray, n_items_in_manifest: int,
         def __init__(self) -> None:
             super().__init__()
             self.weights = tf.Variable(weights)
+            if train is not None:
+                self.popularity = tf.Variable(Popularity(train).counts)
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="row_splits"),
                                       tf.TensorSpec([None], tf.int64, name="item_idx")])
@@ -148,7 +152,7 @@ def test_saved_model_is_scored_through_its_score_signature(synthetic_split, cli,
     binary = sp.csr_matrix(split.train, dtype=np.float32)
     weights = (binary.T @ binary).toarray().astype(np.float32)
     np.fill_diagonal(weights, 0.0)
-    model = export_model(tmp_path / "model", weights, split.n_items, split.digest)
+    model = export_model(tmp_path / "model", weights, split.n_items, split.digest, split.train)
     metrics = run_ok(cli, "--split", split_dir, "--model", model, "--output", tmp_path / "out")
     fold_in, holdout = split.heldout("test")
     expected = evaluate(lambda rows: np.asarray(rows @ weights), fold_in, holdout,
@@ -199,7 +203,7 @@ def test_model_trained_on_another_split_is_refused(cli, tmp_path: Path) -> None:
     ours, other = load_split(tmp_path / "s7"), load_split(tmp_path / "s98765")
     assert ours.n_items == other.n_items and ours.digest != other.digest
     model = export_model(tmp_path / "model", np.eye(ours.n_items, dtype=np.float32),
-                         ours.n_items, ours.digest)
+                         ours.n_items, ours.digest, ours.train)
     run_ok(cli, "--split", tmp_path / "s7", "--model", model, "--output", tmp_path / "ok")
     err = one_line_error(cli, tmp_path / "out", "--split", tmp_path / "s98765", "--model", model)
     assert (f"{model}: the model was trained on another split (split digest "

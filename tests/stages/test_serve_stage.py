@@ -308,7 +308,7 @@ def test_benchmark_serve_reports_every_scenario(model: Path, tmp_path: Path, cli
 ])
 def test_bad_flags_fail_in_one_line_before_loading(cli, tmp_path: Path, argv: list[str],
                                                    message: str) -> None:
-    code, _, err = cli("serve", "--model", tmp_path / "absent", *argv)
+    code, _, err = cli("serve", "--model", tmp_path, *argv)  # a folder, but no model
     assert code == 1 and err.startswith(f"vaecf serve: error: {message}"), err
     assert err.count("\n") == 1
 

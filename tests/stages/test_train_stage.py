@@ -112,6 +112,12 @@ def test_resume_after_stopping_equals_uninterrupted(synthetic_split, tmp_path: P
     assert sorted(end[0].files) == sorted(end[1].files)
     for key in end[0].files:  # weights, Adam slots and best weights: bit for bit
         np.testing.assert_array_equal(end[0][key], end[1][key], err_msg=key)
+    # The exported variables too; saved_model.pb and fingerprint.pb may differ (README: the
+    # traced functions' names carry a process-wide counter).
+    exported = [{p.relative_to(tmp_path / name).as_posix(): p.read_bytes() for p in
+                 (tmp_path / name / "saved_model" / "variables").iterdir()}
+                for name in ("whole", "parts")]
+    assert exported[0] == exported[1] and exported[0]
 
 
 def test_item_chunk_trains_the_same_model(synthetic_split, tmp_path: Path) -> None:
@@ -203,7 +209,7 @@ def test_checkpoint_dir_that_cannot_be_created_fails_before_training(
                          tmp_path / "file" / "ckpt", *SMALL)
     assert code == 1 and "training on" not in out  # refused before training started
     assert err == (f"vaecf train: error: --checkpoint-dir {tmp_path / 'file' / 'ckpt'}: "
-                   f"{tmp_path / 'file'} is not a directory\n")
+                   f"{tmp_path / 'file'} is not a folder; nothing was written\n")
     assert not (tmp_path / "model").exists()
 
 
@@ -384,12 +390,17 @@ def test_checkpoint_dir_in_the_split_or_another_output_is_refused(trained, tmp_p
                          "--checkpoint-dir", checkpoints)
     assert code == 1 and "training on" not in out
     if where.startswith("split"):
-        assert err == (f"vaecf train: error: --checkpoint-dir {checkpoints}: lies in the split "
-                       f"{split} (checkpoints go in a folder of their own)\n")
+        assert err == (f"vaecf train: error: --checkpoint-dir {checkpoints}: is, holds or lies "
+                       f"inside the input {split} (it goes in a folder of its own); nothing "
+                       "was written\n")
+    elif where == "model":
+        assert err == (f"vaecf train: error: --checkpoint-dir {checkpoints}: holds "
+                       "train_manifest.json, a stage's output (it goes in a folder of its "
+                       "own); nothing was written\n")
     else:
-        assert err == (f"vaecf train: error: --checkpoint-dir {checkpoints}: {model} holds "
-                       "train_manifest.json, a stage's output (checkpoints go in a folder of "
-                       "their own)\n")
+        assert err == (f"vaecf train: error: --checkpoint-dir {checkpoints}: lies inside "
+                       f"{model}, a stage's output (it holds train_manifest.json); nothing "
+                       "was written\n")
     assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before
     assert not (tmp_path / "new").exists()
 
@@ -401,23 +412,23 @@ def test_s3_checkpoint_dir_in_the_split_or_another_output_is_refused(synthetic_s
     split = f"s3://{s3_bucket}/split"
     storage.upload_dir(synthetic_split(n_users=600, n_items=300, seed=0), split)
     before = storage.list_keys(split)
-    why = f"lies in the split {split}"
+    why = f"is, holds or lies inside the input {split}"
     for checkpoints in (f"{split}/checkpoints", split, f"s3://{s3_bucket}/split/"):
         code, _, err = cli("train", "--split", split, "--output", f"s3://{s3_bucket}/model",
                            *SMALL, "--checkpoint-dir", checkpoints)
         assert (code, err) == (1, f"vaecf train: error: --checkpoint-dir {checkpoints}: {why} "
-                                  "(checkpoints go in a folder of their own)\n")
+                                  "(it goes in a folder of its own); nothing was written\n")
     code, _, err = cli("train", "--split", f"s3://{s3_bucket}/split/", "--output",
                        f"s3://{s3_bucket}/model", *SMALL, "--checkpoint-dir",
                        f"s3://{s3_bucket}/split")
-    assert code == 1 and "lies in the split" in err
+    assert code == 1 and "lies inside the input" in err
     storage.upload_dir(synthetic_split(n_users=600, n_items=300, seed=0),
                        f"s3://{s3_bucket}/other")
     code, _, err = cli("train", "--split", split, "--output", f"s3://{s3_bucket}/model",
                        *SMALL, "--checkpoint-dir", f"s3://{s3_bucket}/other")
     assert err == (f"vaecf train: error: --checkpoint-dir s3://{s3_bucket}/other: holds "
-                   "dataset_manifest.json, a stage's output (checkpoints go in a folder of "
-                   "their own)\n")
+                   "dataset_manifest.json, a stage's output (it goes in a folder of its own); "
+                   "nothing was written\n")
     assert storage.list_keys(split) == before
     assert storage.list_keys(f"s3://{s3_bucket}/model") == []
 
@@ -425,14 +436,14 @@ def test_s3_checkpoint_dir_in_the_split_or_another_output_is_refused(synthetic_s
 def test_checkpoint_dir_where_nothing_can_be_created_fails_before_training(
         synthetic_split, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
     """``/proc`` refuses new folders even to root, whom ``os.access`` tells it is writable:
-    the up-front check creates a probe instead (as root it trained for an epoch, then
-    failed at the first checkpoint)."""
+    it is refused up front (as root it trained for an epoch, then failed at the first
+    checkpoint)."""
     code, out, err = cli("train", "--split", synthetic_split(n_users=600, n_items=300, seed=0),
                          "--output", tmp_path / "model", "--checkpoint-dir", "/proc/ckpt",
                          *SMALL)
     assert code == 1 and "training on" not in out
-    assert err.startswith("vaecf train: error: --checkpoint-dir /proc/ckpt: cannot create a "
-                          "folder in /proc (") and err.count("\n") == 1, err
+    assert err.startswith("vaecf train: error: --checkpoint-dir '/proc/ckpt': lies in /proc, a "
+                          "special file system") and err.count("\n") == 1, err
     assert not (tmp_path / "model").exists()
 
 

@@ -107,7 +107,10 @@ def test_report_shows_every_trial(tuned, cli, tmp_path: Path) -> None:  # type: 
     (["--collect-models", "a", "b", "--collect-evaluations", "c"],
      "--collect-models (2) and --collect-evaluations (1) must pair up one to one")])
 def test_bad_flags_fail_with_one_line(synthetic_split, cli, tmp_path: Path, flags: list[str],  # type: ignore[no-untyped-def]
-                                      message: str) -> None:
+                                      message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("a", "b", "c"):  # the --collect-* folders exist: the pairing is what is wrong
+        (tmp_path / name).mkdir()
     result = cli("tune", "--split", synthetic_split(n_users=600, n_items=300, seed=0),
                  "--output", tmp_path / "out", *flags)
     assert_failed(result, tmp_path / "out", message)

@@ -10,8 +10,14 @@ import numpy as np
 from vaecf.train import checkpoint
 
 
+def meta(step: int) -> dict[str, object]:
+    """What the trainer records besides the epoch (``Trainer.save_checkpoint``)."""
+    return {"step": step, "log": [], "best_epoch": None, "best_ndcg": -1.0, "n_items": 3,
+            "split_digest": "d", "world_size": 1, "parameters": {}}
+
+
 def write(directory: Path, epoch: int) -> None:
-    checkpoint.save(str(directory), epoch, {"step": 10 * epoch},
+    checkpoint.save(str(directory), epoch, meta(10 * epoch),
                     {"model/0": np.full(3, epoch, np.float32)})
 
 
@@ -60,7 +66,7 @@ def test_empty_or_missing_directory_has_no_checkpoint(tmp_path: Path) -> None:
 def test_s3_checkpoints_round_trip(s3_bucket: str) -> None:
     uri = f"s3://{s3_bucket}/run/checkpoints"
     for epoch in (1, 2):
-        checkpoint.save(uri, epoch, {"step": epoch}, {"model/0": np.arange(4.0)})
+        checkpoint.save(uri, epoch, meta(epoch), {"model/0": np.arange(4.0)})
     found = checkpoint.load_newest(uri)
     assert found is not None and found.name == "epoch-000002" and found.meta["step"] == 2
     np.testing.assert_array_equal(found.arrays["model/0"], np.arange(4.0))

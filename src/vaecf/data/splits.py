@@ -33,6 +33,7 @@ import scipy.sparse as sp
 
 from vaecf.errors import VaecfError
 from vaecf.io.manifest import read_manifest
+from vaecf.io.readers import IDS, INDEX, field, read_npz_csr, read_parquet
 
 SPLITS = ("train", "val", "test")
 HELDOUT_SPLITS = ("val", "test")
@@ -123,24 +124,24 @@ def load_split(directory: Path) -> Split:
     read = [f"{name}.npz" for name in matrix_names()] + ["item_index.parquet",
                                                          "user_index.parquet"]
     manifest = read_manifest(directory, MANIFEST_STAGE, required=read)
-    try:
-        n_items = int(manifest["n_items"])
-        n_users = {s: int(manifest["n_users"][s]) for s in SPLITS}
-    except (KeyError, TypeError, ValueError) as err:
-        raise VaecfError(f"{directory}/dataset_manifest.json: missing field {err}") from err
+    where = f"{directory}/dataset_manifest.json"
+    n_items = field(manifest, "n_items", where, "int")
+    counts = field(manifest, "n_users", where, "dict")
+    n_users = {s: field(counts, s, f"{where}: n_users", "int") for s in SPLITS}
+    offsets = field(manifest, "user_offset", where, "dict")
+    for s in SPLITS:
+        field(offsets, s, f"{where}: user_offset", "int")
     matrices: dict[str, sp.csr_matrix] = {}
     for name in matrix_names():
         path = directory / f"{name}.npz"
-        try:
-            matrix = sp.load_npz(path).tocsr().astype(np.float32)
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
-            raise VaecfError(f"{path}: cannot read CSR matrix ({err})") from err
+        matrix = read_npz_csr(path).astype(np.float32)
         expected = (n_users[name.split("_")[0]], n_items)
         if matrix.shape != expected:
             raise VaecfError(f"{path}: shape {matrix.shape} does not match the manifest's "
                              f"{expected}")
         matrices[name] = matrix
-    items = pq.read_table(directory / "item_index.parquet").to_pandas()
+    items = read_parquet(directory / "item_index.parquet",
+                         {"item_idx": INDEX, "item_id": IDS}).to_pandas()
     if len(items) != n_items or not np.array_equal(items["item_idx"].to_numpy(),
                                                     np.arange(n_items)):
         raise VaecfError(f"{directory}/item_index.parquet: does not list item_idx 0..{n_items - 1}")

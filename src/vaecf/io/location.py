@@ -13,16 +13,15 @@ never deletes what it did not write.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from vaecf.errors import VaecfError
 from vaecf.io import storage
+from vaecf.io.readers import JSON_LIMIT, decode, parse_json, read_json
 
 NAME_MAX = 255  # bytes in one path component (Linux)
 PATH_MAX = 4096  # bytes in a path (Linux), of which the stage's own files need up to NAME_MAX
@@ -101,6 +100,7 @@ def _check_local(output: str, manifest: str, inputs: list[str]) -> None:
             raise _refuse(output, f"lies inside this stage's input {uri}")
     if any(VAECF_AREA.fullmatch(p.name) and p not in _HELD for p in (real, *real.parents)):
         raise _refuse(output, "lies inside the working area of another vaecf run")
+    check_not_inside_output(output, real)
     anchor = next(p for p in real.parents if p.exists())
     if not real.exists() and not (anchor.is_dir() and os.access(anchor, os.W_OK | os.X_OK)):
         raise VaecfError(f"{output}: output is not writable ({anchor} is not a writable folder)")
@@ -116,6 +116,29 @@ def _check_local(output: str, manifest: str, inputs: list[str]) -> None:
                 files, _local_manifest(real / manifest), frozenset({manifest}), others):
             raise _refuse(output, f"is not empty and not a previous output with {manifest} "
                           "(a stage replaces only its own output)")
+
+
+def check_not_inside_output(uri: str, real: Path | None = None, shown: str = "") -> None:
+    """Refuse a location inside a stage's output: a folder above it holds a
+    ``*_manifest.json`` (that output would then hold files its manifest does not list, and no
+    stage could replace it again). ``real``: a local location, resolved; ``shown``: how the
+    message names the location (default ``uri``)."""
+    shown = shown or uri
+    if storage.is_s3(uri):
+        bucket, key = storage.split_s3(uri)
+        for above in PurePosixPath(key).parents:
+            prefix = "" if str(above) == "." else str(above)
+            found = sorted(n for n in storage.list_names(f"s3://{bucket}/{prefix}")
+                           if n.endswith("_manifest.json"))
+            if found:
+                raise _refuse(shown, f"lies inside s3://{bucket}/{prefix}, a stage's output "
+                              f"(it holds {found[0]})")
+        return
+    for folder in (real or resolved(local_path(uri), uri)).parents:
+        found = sorted(p.name for p in folder.glob("*_manifest.json")) if folder.is_dir() else []
+        if found:
+            raise _refuse(shown, f"lies inside {folder}, a stage's output (it holds "
+                          f"{found[0]})")
 
 
 def _check_length(output: str, real: Path) -> None:
@@ -147,9 +170,9 @@ def _local_contents(real: Path, output: str) -> tuple[set[str], set[str]]:
 
 def _local_manifest(path: Path) -> dict[str, object] | None:
     try:
-        found: dict[str, object] = json.loads(path.read_text())
+        found: dict[str, object] = read_json(path)
         return found
-    except (OSError, ValueError):
+    except VaecfError:  # not a manifest: a stage replaces only what one lists
         return None
 
 
@@ -172,6 +195,7 @@ def _check_s3(output: str, manifest: str, inputs: list[str]) -> None:
     if len(key.encode()) > S3_KEY_MAX - NAME_MAX:
         raise _refuse(output, f"is a prefix of {len(key.encode())} bytes (at most "
                       f"{S3_KEY_MAX - NAME_MAX}, leaving room for the keys below it)")
+    check_not_inside_output(output)
     path = PurePosixPath(key)
     for uri in inputs:
         in_bucket, in_key = storage.split_s3(uri)
@@ -187,9 +211,11 @@ def _check_s3(output: str, manifest: str, inputs: list[str]) -> None:
         return
     found = None
     if manifest in present:
-        with tempfile.TemporaryDirectory(prefix="vaecf-manifest-") as tmp:
-            storage.download_file(f"{output.rstrip('/')}/{manifest}", Path(tmp) / manifest)
-            found = _local_manifest(Path(tmp) / manifest)
+        uri = f"{output.rstrip('/')}/{manifest}"
+        try:  # in memory: a killed run leaves nothing in $TMPDIR
+            found = parse_json(decode(storage.read_object(uri, JSON_LIMIT), uri), uri)
+        except VaecfError:  # not a manifest: a stage replaces only what one lists
+            found = None
     if not _is_previous_output(present, found, frozenset({manifest, storage.SUCCESS_MARKER})):
         raise _refuse(output, f"is not empty and not a previous output with {manifest} "
                       "(a stage replaces only its own output)")

@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import storage
+from vaecf.io.readers import TEXT_LIMIT, parse_json
 from vaecf.threads import start_daemon
 
 RENEW_SECONDS = 20.0
@@ -136,19 +136,24 @@ class Lease:
         except Exception:  # vanished meanwhile, or not ours to read: try once more below
             found = None
         if found is not None:
+            where = f"s3://{self.bucket}/{self.key}"
             try:
-                holder: dict[str, Any] = dict(json.loads(found["Body"].read()))
-            except (ValueError, TypeError):  # not a lease vaecf wrote: stale by age alone
+                holder: dict[str, Any] = parse_json(found["Body"].read(TEXT_LIMIT), where)
+            except VaecfError:  # not a lease vaecf wrote: stale by age alone
                 holder = {}
             now = parsedate_to_datetime(found["ResponseMetadata"]["HTTPHeaders"]["date"])
             age = (now - found["LastModified"]).total_seconds()
             here = holder.get("host") == socket.gethostname() and holder.get(
                 "pids") == _pid_namespace()  # containers sharing a host name may not share pids
-            gone = here and isinstance(holder.get("pid"), int) and not pid_alive(holder["pid"])
+            pid = holder.get("pid")
+            gone = (here and isinstance(pid, int) and 0 < pid < 2**31  # os.kill's range
+                    and not pid_alive(pid))
             if not gone and age < STALE_SECONDS:
-                since = datetime.fromtimestamp(holder.get("time", 0)).isoformat(timespec="seconds")
-                raise busy(self.output, f" (pid {holder.get('pid')} on {holder.get('host')}, "
-                                        f"since {since})")
+                # The server's time of the last renewal, not the holder's own clock (which a
+                # lease edited, or written on a host whose clock is wrong, may put anywhere).
+                since = found["LastModified"].astimezone().isoformat(timespec="seconds")
+                raise busy(self.output, f" (pid {str(holder.get('pid'))[:20]} on "
+                                        f"{str(holder.get('host'))[:80]}, renewed {since})")
             try:
                 self.s3.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=found["ETag"])
             except Exception:

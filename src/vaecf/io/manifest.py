@@ -19,6 +19,7 @@ from typing import Any
 import vaecf
 from vaecf.errors import VaecfError
 from vaecf.io.paths import inside
+from vaecf.io.readers import field, read_json
 
 # Manifests named after what they describe rather than the stage that writes them.
 _WRITER = {"dataset": "split"}
@@ -88,13 +89,10 @@ def read_manifest(directory: Path, stage: str, required: Iterable[str] = ()) -> 
     origin = f"is {directory} the output of 'vaecf {_WRITER.get(stage, stage)}'?"
     if not path.is_file():
         raise VaecfError(f"{path}: manifest missing ({origin})")
-    try:
-        manifest: dict[str, Any] = json.loads(path.read_text())
-        files = manifest["files"]
-        if not isinstance(files, dict):
-            raise TypeError("'files' is not a mapping")
-    except (ValueError, KeyError, TypeError) as err:
-        raise VaecfError(f"{path}: manifest is not valid ({err})") from err
+    manifest: dict[str, Any] = read_json(path)
+    files = field(manifest, "files", str(path), "dict")
+    for rel, entry in files.items():
+        field(entry, "sha256", f"{path}: files: {rel}", "str")
     for rel in required:
         if rel not in files:
             raise VaecfError(f"{directory / rel}: not listed in {path.name} ({origin})")

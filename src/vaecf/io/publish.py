@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -20,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from vaecf.errors import VaecfError
-from vaecf.io import storage
-from vaecf.io.location import NAME_MAX, check_output, holding, local_path
+from vaecf.io import readers, storage
+from vaecf.io.location import NAME_MAX, check_output, holding, local_path, resolved
 from vaecf.io.locks import busy, lease, lock_file, lock_held, pid_alive
 from vaecf.io.paths import inside
 
@@ -58,7 +57,9 @@ def publish(output: str, manifest: str, inputs: Iterable[str | None] = ()) -> It
             check_output(output, manifest, sources)
             storage.upload_dir(staging, output, first=manifest)
         return
-    target = Path(os.path.abspath(local_path(output)))
+    # The path the check resolved, symbolic links followed: ``l/../o`` is where ``l`` points
+    # to, as the kernel reads it, not ``o`` beside ``l`` (``os.path.abspath``'s reading).
+    target = resolved(local_path(output), output)
     with _local_area(target, output) as area:
         staging = area / "out"
         staging.mkdir()
@@ -239,15 +240,13 @@ def read_jsonl(uri: str) -> list[tuple[int, Any]]:
     """The JSON value of each non-blank line of ``uri`` (path, ``file://`` or ``s3://``), with
     its line number; a line that is not JSON is an error naming the file and the line."""
     with open_input_file(uri) as path:
-        lines = path.read_text(errors="replace").splitlines()
-    values = []
-    for number, line in enumerate(lines, start=1):
-        if line.strip():
-            try:
-                values.append((number, json.loads(line)))
-            except ValueError as err:
-                raise VaecfError(f"{uri}: line {number}: not valid JSON ({err})") from None
-    return values
+        return readers.read_jsonl(path, uri)
+
+
+def read_json(uri: str, expect: type | None = dict) -> Any:
+    """The JSON value of ``uri`` (path, ``file://`` or ``s3://``), of type ``expect``."""
+    with open_input_file(uri) as path:
+        return readers.read_json(path, uri, expect)
 
 
 @contextmanager

@@ -81,6 +81,20 @@ def list_keys(uri: str) -> list[str]:
     return sorted(keys)
 
 
+def list_names(uri: str) -> list[str]:
+    """The names of the objects directly below the prefix ``uri`` (not below its folders)."""
+    bucket, prefix = split_s3(uri)
+    prefix = prefix + "/" if prefix else ""
+    names: list[str] = []
+    try:
+        for page in client().get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=prefix, Delimiter="/"):
+            names.extend(obj["Key"][len(prefix):] for obj in page.get("Contents", []))
+    except Exception as err:  # botocore raises several unrelated types
+        raise describe(err, uri) from err
+    return sorted(names)
+
+
 def download_file(uri: str, dest: Path) -> None:
     """Download one object to ``dest``."""
     bucket, key = split_s3(uri)
@@ -91,6 +105,21 @@ def download_file(uri: str, dest: Path) -> None:
                          ) from err
     except Exception as err:
         raise describe(err, uri) from err
+
+
+def read_object(uri: str, limit: int) -> bytes:
+    """The bytes of one object, at most ``limit`` (a larger object is refused in one line);
+    read into memory, so nothing is left in ``$TMPDIR`` if the process is killed."""
+    bucket, key = split_s3(uri)
+    try:
+        body = client().get_object(Bucket=bucket, Key=key)["Body"]
+        data: bytes = body.read(limit + 1)
+        body.close()
+    except Exception as err:
+        raise describe(err, uri) from err
+    if len(data) > limit:
+        raise VaecfError(f"{uri}: larger than {limit:,} bytes; not read")
+    return data
 
 
 def upload_file(src: Path, uri: str) -> None:

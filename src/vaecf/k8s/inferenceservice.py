@@ -46,10 +46,10 @@ def validate(params: ServiceParams) -> None:
         (bool(render._DNS1035.match(params.name)) and len(params.name) <= 45,
          f"--name {params.name!r}: expected a DNS-1035 label of at most 45 characters "
          "(KServe appends '-predictor-...' to it)"),
-        (bool(render._DNS1123.match(params.namespace)) and len(params.namespace) <= 63,
-         f"--namespace {params.namespace!r}: expected a DNS-1123 label"),
-        (bool(render._DNS1123.match(params.service_account)),
-         f"--service-account {params.service_account!r}: expected a DNS-1123 name"),
+        (render.dns_label(params.namespace), f"--namespace {params.namespace[:80]!r}: "
+         "expected a DNS-1123 label (a-z, 0-9, '-', <= 63 chars, no '.')"),
+        (render.dns_subdomain(params.service_account), f"--service-account "
+         f"{params.service_account[:80]!r}: expected a DNS-1123 name (<= 253 chars)"),
         (bool(render._IMAGE.match(params.image)),
          f"--image {params.image!r}: expected registry/name[:tag][@sha256:digest]"),
         (is_s3(params.storage_uri),
@@ -71,10 +71,7 @@ def render_service(template: dict[str, Any], params: ServiceParams) -> dict[str,
     metadata.setdefault("labels", {})[render.RUN_ID_LABEL] = render.run_label(params.run_id)
     predictor = service["spec"]["predictor"]
     predictor["serviceAccountName"] = params.service_account
-    try:
-        (container,) = predictor["containers"]
-    except (KeyError, ValueError) as err:
-        raise VaecfError("InferenceService template: expected one predictor container") from err
+    (container,) = _containers(service, "InferenceService template")
     container["image"] = params.image
     args = container.setdefault("args", [])
     if "--model_name" in args:
@@ -87,8 +84,20 @@ def render_service(template: dict[str, Any], params: ServiceParams) -> dict[str,
     return service
 
 
+def _containers(service: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """The predictor's one container (a mapping), or one line saying what the template lacks."""
+    predictor = service["spec"].get("predictor")
+    containers = predictor.get("containers") if isinstance(predictor, dict) else None
+    if not (isinstance(containers, list) and len(containers) == 1
+            and isinstance(containers[0], dict)):
+        raise VaecfError(f"{where}: expected one predictor container (a mapping)")
+    return containers
+
+
 def load_template(path: Path) -> dict[str, Any]:
-    return render.load_template(path, "InferenceService")
+    template = render.load_template(path, "InferenceService")
+    _containers(template, str(path))
+    return template
 
 
 def apply(api_client: Any, service: dict[str, Any], budget: float = 300.0) -> str:

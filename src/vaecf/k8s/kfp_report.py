@@ -19,6 +19,7 @@ from typing import Any
 
 from vaecf import log
 from vaecf.errors import VaecfError
+from vaecf.io.publish import read_json
 from vaecf.stages import new_parser, run_stage
 
 STAGE = "kfp-report"
@@ -92,8 +93,7 @@ def run(args: argparse.Namespace) -> None:
     for source, target in (("report.md", args.markdown), ("report.html", args.html)):
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(Path(report.output) / source, target)
-    scalars = scalar_metrics(json.loads(Path(report.metrics).read_text())
-                             if report.metrics else {})
+    scalars = scalar_metrics(read_json(report.metrics) if report.metrics else {})
     write_executor_output(output_file, args.metrics_artifact, entry, scalars)
     args.metrics_path.parent.mkdir(parents=True, exist_ok=True)
     args.metrics_path.write_text(json.dumps(scalars, indent=2) + "\n")

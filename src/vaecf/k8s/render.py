@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vaecf.errors import VaecfError
+from vaecf.io.readers import read_text
 from vaecf.io.storage import is_s3, split_s3
 from vaecf.train.scaling import LR_RULES, scaled_learning_rate
 
@@ -37,6 +38,17 @@ MAX_WORKERS = 1024
 MAX_JOB_NAME = 63 - len(f"-worker-{MAX_WORKERS - 1}")
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def dns_label(value: str) -> bool:
+    """A DNS-1123 label (a namespace): a-z, 0-9, '-', at most 63 characters, no dots."""
+    return bool(_LABEL.match(value)) and len(value) <= 63
+
+
+def dns_subdomain(value: str) -> bool:
+    """A DNS-1123 subdomain (a Secret's or ServiceAccount's name): at most 253 characters."""
+    return bool(_DNS1123.match(value)) and len(value) <= 253
 # registry/path[:tag][@sha256:digest], lower-case path as the OCI distribution spec requires.
 _IMAGE = re.compile(r"^[a-z0-9.\-:]+(/[a-z0-9._\-]+)+(:[\w][\w.\-]{0,127})?"
                     r"(@sha256:[a-f0-9]{64})?$")
@@ -119,10 +131,10 @@ def validate(params: MPIJobParams) -> None:
         (bool(_DNS1035.match(worker)) and len(worker) <= 63,
          f"job name {params.name!r}: its pod {worker!r} would not be a DNS-1035 label "
          "(a-z, 0-9, '-', <= 63 chars), which mpi-operator requires"),
-        (bool(_DNS1123.match(params.namespace)) and len(params.namespace) <= 63,
-         f"--namespace {params.namespace!r}: expected a DNS-1123 label"),
-        (bool(_DNS1123.match(params.secret_name)),
-         f"--secret-name {params.secret_name!r}: expected a DNS-1123 name"),
+        (dns_label(params.namespace), f"--namespace {params.namespace[:80]!r}: expected a "
+         "DNS-1123 label (a-z, 0-9, '-', <= 63 chars, no '.')"),
+        (dns_subdomain(params.secret_name), f"--secret-name {params.secret_name[:80]!r}: "
+         "expected a DNS-1123 name (<= 253 chars)"),
         (bool(_IMAGE.match(params.image)),
          f"--image {params.image!r}: expected registry/name[:tag][@sha256:digest]"),
         (1 <= params.workers <= MAX_WORKERS,
@@ -174,12 +186,21 @@ def load_template(path: Path, kind: str = "MPIJob") -> dict[str, Any]:
     """The ``kind`` manifest at ``path``, refused in one line if unreadable or of another kind."""
     import yaml
 
+    text = read_text(path, f"{path}: the {kind} template")
     try:
-        template: dict[str, Any] = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
+        template: dict[str, Any] = yaml.safe_load(text)
+    except yaml.YAMLError as err:
         raise VaecfError(f"{path}: cannot read the {kind} template ({err})") from err
     if not isinstance(template, dict) or template.get("kind") != kind:
         raise VaecfError(f"{path}: not an {kind} manifest")
+    if not isinstance(template.get("spec"), dict):
+        raise VaecfError(f"{path}: the {kind} template has no 'spec' mapping")
+    if kind == "MPIJob":
+        try:
+            for role in ("Launcher", "Worker"):
+                container(template["spec"], role)
+        except VaecfError as err:
+            raise VaecfError(f"{path}: {err}") from None
     return template
 
 
@@ -246,6 +267,8 @@ def container(spec: dict[str, Any], role: str) -> dict[str, Any]:
             "containers"][0]
     except (KeyError, IndexError, TypeError) as err:
         raise VaecfError(f"MPIJob template: no {role} container") from err
+    if not isinstance(found, dict):
+        raise VaecfError(f"MPIJob template: the {role} container is not a mapping")
     return found
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from vaecf.baselines.popularity import Popularity
 from vaecf.errors import VaecfError
 from vaecf.io import read_manifest
 
@@ -45,9 +46,14 @@ class SavedModelScorer:
       n_items: the split's item count.
       split_digest: the split's identity. A model trained on another split is refused: its
         training users may be this split's test users, which would inflate every metric.
+      train: the split's training matrix (users, n_items). The SavedModel carries what it
+        was trained on (its popularity fallback: training users per item); it must be this
+        split's, so a ``split_digest`` edited in ``train_manifest.json`` (which no checksum
+        covers) is caught by what the model holds, not trusted.
     """
 
-    def __init__(self, model_dir: Path, n_items: int, split_digest: str) -> None:
+    def __init__(self, model_dir: Path, n_items: int, split_digest: str,
+                 train: sp.csr_matrix | None = None) -> None:
         trained, trained_on = model_identity(model_dir)
         if trained != n_items:
             raise VaecfError(f"{model_dir}: the model was trained on {trained} items but the "
@@ -68,6 +74,16 @@ class SavedModelScorer:
                              f"{', '.join(self._model.signatures) or 'none'})")
         self._score = self._model.signatures[SIGNATURE]
         self.n_items = n_items
+        if train is not None:
+            self._check_trained_on(path, train)
+
+    def _check_trained_on(self, path: Path, train: sp.csr_matrix) -> None:
+        held = getattr(self._model, "popularity", None)
+        ours = Popularity(train).counts  # as vaecf.train.export computed it
+        if held is None or not np.array_equal(np.asarray(held.numpy()), ours):
+            raise VaecfError(f"{path}: the model was trained on another split (its training "
+                             "users per item are not this split's, whatever train_manifest"
+                             ".json says); evaluate it on the split it was trained on")
 
     def __call__(self, rows: sp.csr_matrix) -> Any:
         """float32 tf.Tensor (B, n_items): the model's unmasked scores of these users."""

@@ -6,14 +6,14 @@ report with one line naming the file and what was wrong, before anything is writ
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vaecf.errors import VaecfError
-from vaecf.io import open_input, open_input_file, read_jsonl, read_manifest
+from vaecf.io import open_input, read_manifest
+from vaecf.io.publish import read_json, read_jsonl
 from vaecf.tuning.trials import read_trials
 
 METRIC_KEYS = ("recall_at_20", "recall_at_50", "ndcg_at_100")
@@ -39,18 +39,6 @@ class ReportInputs:
 def _is_number(value: Any) -> bool:
     return (isinstance(value, int | float) and not isinstance(value, bool)
             and math.isfinite(value))
-
-
-def read_json(uri: str) -> dict[str, Any]:
-    """A JSON object from ``uri``; anything else is an error naming the file."""
-    with open_input_file(uri) as path:
-        try:
-            data = json.loads(path.read_text())
-        except (ValueError, UnicodeDecodeError) as err:
-            raise VaecfError(f"{uri}: not valid JSON ({err})") from err
-    if not isinstance(data, dict):
-        raise VaecfError(f"{uri}: expected a JSON object, found {type(data).__name__}")
-    return data
 
 
 def read_train_log(uri: str) -> list[dict[str, Any]]:

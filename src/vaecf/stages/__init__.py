@@ -5,19 +5,25 @@ to ``run_stage`` so that every stage reports errors the same way: one line
 ``vaecf <stage>: error: <what>`` on stderr and exit status 1, whether the flags or the data
 are wrong (argparse's own errors included, which would otherwise print a usage block and
 exit 2).
+
+Every flag that names a location is added with ``location(parser, flag, role, ...)``:
+``run_stage`` checks all of them (``vaecf.io.roles``) before the stage's body runs, and
+``location_table`` lists them for the tests that attack every one.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from vaecf.errors import VaecfError
 from vaecf.io.publish import DISK_ERRORS
+from vaecf.io.roles import Location, Role, check_locations, values
 
 # Seeds feed numpy's and Keras' global seeding (``np.random.seed`` takes 0 .. 2**32 - 1) and
 # the trainer adds the Horovod rank: 0 .. 2**31 - 1 leaves room for any world size.
@@ -37,8 +43,41 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 class _Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are ``VaecfError``: one line, exit 1, like the rest."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.locations: dict[str, tuple[str, Location]] = {}  # dest -> (flag, location)
+
     def error(self, message: str) -> NoReturn:
         raise VaecfError(f"{message} (see '{self.prog} --help')")
+
+
+def location(parser: argparse.ArgumentParser, flag: str, role: Role, *, manifest: str = "",
+             prefix: str = "", derive: Callable[[Any], Any] | None = None,
+             holds: frozenset[str] = frozenset(), **kwargs: Any) -> argparse.Action:
+    """Add the flag ``flag``, which names a location of role ``role``, and register it.
+
+    ``manifest``, ``prefix``, ``derive`` and ``holds`` are ``vaecf.io.roles.Location``'s;
+    the other keyword arguments are ``add_argument``'s.
+    """
+    action = parser.add_argument(flag, **kwargs)
+    registry: dict[str, tuple[str, Location]] = getattr(parser, "locations")  # noqa: B009
+    registry[action.dest] = (flag, Location(role, manifest, prefix, derive, holds))
+    return action
+
+
+def locations(parser: argparse.ArgumentParser) -> dict[str, tuple[str, Location]]:
+    """The location flags of a stage's parser: dest -> (flag, location)."""
+    return dict(getattr(parser, "locations", {}))
+
+
+def location_table(stages: list[str]) -> list[tuple[str, str, Location]]:
+    """(stage, flag, location) of every location flag of ``stages``: the one table."""
+    table = []
+    for stage in stages:
+        module = importlib.import_module("vaecf.stages." + stage.replace("-", "_"))
+        for flag, where in locations(module.build_parser()).values():
+            table.append((stage, flag, where))
+    return table
 
 
 def new_parser(stage: str, description: str) -> argparse.ArgumentParser:
@@ -82,7 +121,11 @@ def run_stage(stage: str, parser: argparse.ArgumentParser, argv: list[str] | Non
     failing device) that a stage's publish did not already describe (``vaecf.io.publish``).
     """
     try:
-        body(parser.parse_args(argv))
+        args = parser.parse_args(argv)
+        check_locations((flag, where, value)
+                        for dest, (flag, where) in locations(parser).items()
+                        for value in values(where, dest, args))
+        body(args)
     except (VaecfError, OSError) as err:
         if isinstance(err, OSError):
             if err.errno not in DISK_ERRORS:

@@ -15,7 +15,8 @@ from dataclasses import asdict
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, publish, write_manifest
-from vaecf.stages import new_parser, run_stage, seed
+from vaecf.io.roles import Role
+from vaecf.stages import location, new_parser, run_stage, seed
 from vaecf.train.benchmark import DEFAULT_HIDDEN, DEFAULT_LATENT
 from vaecf.train.scaling import LR_RULES
 
@@ -35,9 +36,10 @@ def _positive(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(STAGE, "Measure 'vaecf train' speed over a matrix of configurations "
                                "(world sizes > 1 through horovodrun --gloo on this host).")
-    parser.add_argument("--split", help="split directory or s3:// prefix (default: generate "
-                                        "an ML-20M-shaped synthetic split)")
-    parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
+    location(parser, "--split", Role.INPUT, help="split directory or s3:// prefix (default: "
+             "generate an ML-20M-shaped synthetic split)")
+    location(parser, "--output", Role.OUTPUT, manifest=manifest_name(STAGE), required=True,
+             help="output directory or s3:// prefix")
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS,
                         default=["fp32", "mixed_bfloat16"], help="training precisions")
     parser.add_argument("--world-sizes", nargs="+", type=_positive, default=[1, 2],

@@ -15,7 +15,8 @@ from dataclasses import asdict
 
 from vaecf import log
 from vaecf.io import manifest_name, publish, write_manifest
-from vaecf.stages import new_parser, run_stage, seed
+from vaecf.io.roles import Role
+from vaecf.stages import location, new_parser, run_stage, seed
 from vaecf.stages.serve import positive
 
 STAGE = "benchmark-serve"
@@ -30,8 +31,9 @@ def duration(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(STAGE, "Load-test 'vaecf serve' on this machine (loopback only).")
-    parser.add_argument("--model", required=True, help="'vaecf train' output (dir or s3://)")
-    parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
+    location(parser, "--model", Role.INPUT, required=True, help="'vaecf train' output (dir or s3://)")
+    location(parser, "--output", Role.OUTPUT, manifest=manifest_name(STAGE), required=True,
+             help="output directory or s3:// prefix")
     parser.add_argument("--clients", nargs="+", type=positive, default=[1, 8, 32],
                         help="concurrent closed-loop clients")
     parser.add_argument("--users-per-request", nargs="+", type=positive, default=[1, 32])

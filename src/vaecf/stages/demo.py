@@ -8,7 +8,6 @@ runs under ``horovodrun -np N --gloo`` (N = ``--workers``) like the MPIJob's ran
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -17,10 +16,14 @@ from pathlib import Path
 
 from vaecf.errors import VaecfError
 from vaecf.io import open_input
+from vaecf.io.readers import read_json
+from vaecf.io.roles import Role
 from vaecf.log import info
-from vaecf.stages import new_parser, run_stage, seed
+from vaecf.stages import location, new_parser, run_stage, seed
 
 STAGE = "demo"
+# What the demo writes in its --output: each stage's output, and the checkpoints.
+PARTS = frozenset({"raw", "interactions", "split", "model", "checkpoints", "metrics", "report"})
 PRECISIONS = ("auto", "fp32", "mixed_float16", "mixed_bfloat16")
 
 
@@ -43,10 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(STAGE, "Run download -> preprocess -> split -> train -> evaluate -> "
                                "report on this machine.")
     parser.add_argument("--dataset", default="synthetic", help="dataset name (see download)")
-    parser.add_argument("--source", help="where to download the dataset from (default: its "
-                                         "public URL; synthetic needs none)")
-    parser.add_argument("--output", default="demo-output",
-                        help="directory or s3:// prefix holding every stage's output")
+    location(parser, "--source", Role.SOURCE, help="where to download the dataset from "
+             "(default: its public URL; synthetic needs none)")
+    location(parser, "--output", Role.WORKSPACE, default="demo-output", holds=PARTS,
+             help="directory or s3:// prefix holding every stage's output (never '.', the "
+             "working directory or a parent of it)")
     parser.add_argument("--users", type=int, default=5000, help="synthetic users")
     parser.add_argument("--items", type=int, default=2000, help="synthetic items")
     parser.add_argument("--epochs", type=int, default=20, help="training epochs")
@@ -122,7 +126,7 @@ def run(config: DemoConfig) -> None:
     for command in stage_commands(config):
         _run(command, config.workers)
     with open_input(f"{config.output.rstrip('/')}/metrics") as metrics_dir:
-        metrics = json.loads((metrics_dir / "metrics.json").read_text())
+        metrics = read_json(metrics_dir / "metrics.json")
     info("demo: done. Test-set accuracy (mean +- standard error):")
     for name, values in [("Mult-VAE", metrics), *metrics.get("baselines", {}).items()]:
         info(f"  {name:<11} " + "  ".join(

@@ -16,18 +16,19 @@ from pathlib import Path
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, read_manifest, storage
+from vaecf.io.roles import Role
 from vaecf.k8s import client, render
 from vaecf.k8s import inferenceservice as isvc
-from vaecf.stages import new_parser, run_stage
+from vaecf.stages import location, new_parser, run_stage
 
 STAGE = "deploy"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(STAGE, __doc__.splitlines()[0])
-    parser.add_argument("--model", required=True,
+    location(parser, "--model", Role.INPUT, required=True,
                         help="the trained model (the train step's output, dir or s3://)")
-    parser.add_argument("--store", required=True,
+    location(parser, "--store", Role.STORE, required=True,
                         help="s3:// prefix the train step's MPIJob wrote (<store>/<job>/model)")
     parser.add_argument("--run-id", required=True, help="pipeline run id (names the job)")
     parser.add_argument("--image", required=True, help="serve image (runs 'vaecf serve')")
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--namespace", help="default: this pod's namespace, else 'default'")
     parser.add_argument("--service-account", default="vaecf-serve",
                         help="the predictor's ServiceAccount (S3 credentials for KServe)")
-    parser.add_argument("--template", type=Path, default=None,
+    location(parser, "--template", Role.LOCAL_FILE, type=Path, default=None,
                         help="InferenceService template (default: "
                              "$VAECF_INFERENCESERVICE_TEMPLATE or "
                              "manifests/serving/inferenceservice.yaml)")

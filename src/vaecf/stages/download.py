@@ -16,7 +16,8 @@ from vaecf.data.download import (
 )
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, publish, write_manifest
-from vaecf.stages import new_parser, run_stage, seed
+from vaecf.io.roles import Role
+from vaecf.stages import location, new_parser, run_stage, seed
 
 STAGE = "download"
 
@@ -37,12 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
                                "files and write download_manifest.json.")
     parser.add_argument("--dataset", required=True,
                         help=f"dataset name, one of: {', '.join(DATASETS)}")
-    parser.add_argument("--source", help="where to fetch from instead of the public URL: "
+    location(parser, "--source", Role.SOURCE, help="where to fetch from instead of the public URL: "
                                          "https://, s3://, file:// or a path (a file, a local "
                                          "directory or an s3:// prefix ending in '/', whose "
                                          "data files and archives are taken, subfolders "
                                          "too); required for movielens and netflix")
-    parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
+    location(parser, "--output", Role.OUTPUT, manifest=manifest_name(STAGE), required=True,
+             help="output directory or s3:// prefix")
     parser.add_argument("--seed", type=seed, default=98765, help="seed of the synthetic data")
     parser.add_argument("--synthetic-users", type=int, default=5000,
                         help="users of the synthetic dataset")

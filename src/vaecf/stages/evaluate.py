@@ -28,18 +28,19 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from vaecf.baselines import BASELINES, DEFAULT_LAMBDA, Ease, Popularity
 from vaecf.data.splits import HELDOUT_SPLITS, Split, load_split, save_parquet
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, write_manifest
+from vaecf.io.readers import IDS, INDEX, read_parquet
+from vaecf.io.roles import Role
 from vaecf.log import info
 from vaecf.metrics import Evaluation, TopK, evaluate
 from vaecf.metrics.evaluation import ScoreBatch
 from vaecf.metrics.model_scorer import SavedModelScorer
 from vaecf.metrics.reference import paired_difference
-from vaecf.stages import new_parser, run_stage
+from vaecf.stages import location, new_parser, run_stage
 
 STAGE = "evaluate"
 
@@ -61,11 +62,13 @@ class EvaluateConfig:
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(STAGE, "Recall@20, Recall@50 and NDCG@100 (with standard errors) of "
                                   "a trained model or a baseline on a split's test or val users.")
-    parser.add_argument("--split", required=True, help="split directory or s3:// prefix")
-    parser.add_argument("--model", required=True,
+    location(parser, "--split", Role.INPUT, required=True, help="split directory or s3:// prefix")
+    location(parser, "--model", Role.INPUT, required=True,
+             derive=lambda args: None if args.model in BASELINES else args.model,
                         help="a 'vaecf train' output (directory or s3:// prefix), or a "
                              "baseline: popularity, ease")
-    parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
+    location(parser, "--output", Role.OUTPUT, manifest=manifest_name(STAGE), required=True,
+             help="output directory or s3:// prefix")
     parser.add_argument("--subset", default="test", help="held-out users: test or val")
     parser.add_argument("--batch-users", type=int, default=4096,
                         help="users scored and ranked at once (bounds memory: about 3 x "
@@ -202,7 +205,7 @@ def _scorer(name: str, split: Split, config: EvaluateConfig, stack: ExitStack) -
     if name == "ease":
         return Ease(split.train, config.ease_lambda)
     model_dir = stack.enter_context(open_input(name))
-    return SavedModelScorer(model_dir, split.n_items, split.digest)
+    return SavedModelScorer(model_dir, split.n_items, split.digest, split.train)
 
 
 def _metrics_json(config: EvaluateConfig, split: Split, main: Evaluation,
@@ -229,8 +232,8 @@ def _paired(model: Evaluation, baseline: Evaluation) -> dict[str, object]:
 def _top_k_table(split: Split, subset: str, top: TopK) -> pa.Table:
     """One row per (evaluated user, rank): user_idx, user_id, rank, item_idx, item_id, score."""
     offset = int(split.manifest["user_offset"][subset])
-    users = pq.read_table(split.directory / "user_index.parquet",
-                          columns=["user_idx", "user_id"]).to_pandas()
+    users = read_parquet(split.directory / "user_index.parquet",
+                         {"user_idx": INDEX, "user_id": IDS}).to_pandas()
     user_ids = users.set_index("user_idx")["user_id"]
     rows, ranks = np.nonzero(top.item_idx >= 0)
     user_idx = (offset + top.users[rows]).astype(np.int32)

@@ -22,8 +22,9 @@ from pathlib import Path
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, read_manifest, storage
+from vaecf.io.roles import Role
 from vaecf.k8s import client, mpijob, render
-from vaecf.stages import finite_positive, new_parser, run_stage, seed
+from vaecf.stages import finite_positive, location, new_parser, run_stage, seed
 from vaecf.train.scaling import LR_RULES
 from vaecf.tuning.space import SEARCHABLE, parse_trial, train_flags
 
@@ -33,10 +34,10 @@ SPLIT_STAGE = "dataset"  # the split directory's manifest (vaecf.data.splits.MAN
 
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(STAGE, __doc__.splitlines()[0])
-    parser.add_argument("--split", required=True, help="split directory or s3:// prefix")
-    parser.add_argument("--output", required=True,
+    location(parser, "--split", Role.INPUT, required=True, help="split directory or s3:// prefix")
+    location(parser, "--output", Role.OUTPUT, manifest=manifest_name("train"), required=True,
                         help="where the trained model directory is published (dir or s3://)")
-    parser.add_argument("--store", required=True,
+    location(parser, "--store", Role.STORE, required=True,
                         help="s3:// prefix the MPIJob reads and writes (<store>/<job>/...)")
     parser.add_argument("--run-id", required=True,
                         help="pipeline run id; the job name is derived from it")
@@ -70,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--secret-name", default="vaecf-s3",
                         help="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
                              "AWS_ENDPOINT_URL for the MPIJob's pods")
-    parser.add_argument("--template", type=Path, default=None,
+    location(parser, "--template", Role.LOCAL_FILE, type=Path, default=None,
                         help="MPIJob template (default: $VAECF_MPIJOB_TEMPLATE or "
                              "manifests/mpijob.yaml)")
     parser.add_argument("--timeout", type=finite_positive, default=48 * 3600,

@@ -25,7 +25,8 @@ from vaecf.io import (
     scratch,
     write_manifest,
 )
-from vaecf.stages import new_parser, run_stage
+from vaecf.io.roles import Role
+from vaecf.stages import location, new_parser, run_stage
 
 STAGE = "preprocess"
 OUTPUT_FILE = "interactions.parquet"
@@ -41,8 +42,9 @@ class PreprocessConfig:
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(STAGE, "Read a downloaded dataset, convert it to implicit feedback, "
                                "deduplicate and filter; write interactions.parquet.")
-    parser.add_argument("--input", required=True, help="output of 'vaecf download'")
-    parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
+    location(parser, "--input", Role.INPUT, required=True, help="output of 'vaecf download'")
+    location(parser, "--output", Role.OUTPUT, manifest=manifest_name(STAGE), required=True,
+             help="output directory or s3:// prefix")
     parser.add_argument("--protocol", default="mission",
                         help=f"threshold preset, one of: {', '.join(PROTOCOLS)} (mission: items "
                              ">= 5 users then users >= 5 items; paper: users >= 5 items only)")

@@ -20,15 +20,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from vaecf import log
 from vaecf.data.splits import save_parquet
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, read_manifest, write_manifest
+from vaecf.io.readers import IDS, INDEX, RAW_IDS, read_csv_text, read_parquet
+from vaecf.io.roles import Role
 from vaecf.metrics.evaluation import chunk_users
 from vaecf.serve.model import item_id_map
-from vaecf.stages import new_parser, run_stage
+from vaecf.stages import location, new_parser, run_stage
 
 STAGE = "recommend"
 COLUMNS = ("user_id", "item_id")
@@ -38,31 +39,23 @@ BATCH_USERS = 1024
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(STAGE, "Top-k recommendations from a trained model for users given "
                         "by their known items.")
-    parser.add_argument("--model", required=True, help="'vaecf train' output (dir or s3://)")
-    parser.add_argument("--input", required=True,
+    location(parser, "--model", Role.INPUT, required=True, help="'vaecf train' output (dir or s3://)")
+    location(parser, "--input", Role.INPUT_FILE, required=True,
                         help="Parquet or CSV file with columns user_id,item_id")
-    parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
+    location(parser, "--output", Role.OUTPUT, manifest=manifest_name(STAGE), required=True,
+             help="output directory or s3:// prefix")
     parser.add_argument("--top-k", type=int, default=100, help="items per user")
     return parser
 
 
 def read_pairs(path: Path) -> pd.DataFrame:
     """The ``user_id,item_id`` pairs of a Parquet or CSV file (raw ids)."""
-    if not path.is_file():
-        raise VaecfError(f"{path}: input file does not exist")
-    try:
-        if path.suffix == ".parquet":
-            frame = pq.read_table(path).to_pandas()
-        elif path.suffix == ".csv":  # ids are text: 007 is not 7; only an empty field is NA
-            frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
-        else:
-            raise VaecfError(f"{path}: expected a .parquet or .csv file")
-    except (OSError, ValueError, pa.ArrowException) as err:
-        raise VaecfError(f"{path}: cannot read ({err})") from err
-    missing = [c for c in COLUMNS if c not in frame.columns]
-    if missing:
-        raise VaecfError(f"{path}: missing column(s) {', '.join(missing)} (expected "
-                         f"{','.join(COLUMNS)}; found {','.join(map(str, frame.columns))})")
+    if path.suffix == ".parquet":
+        frame = read_parquet(path, {c: RAW_IDS for c in COLUMNS}).to_pandas()
+    elif path.suffix == ".csv":  # ids are text: 007 is not 7; only an empty field is NA
+        frame = read_csv_text(path, COLUMNS)
+    else:
+        raise VaecfError(f"{path}: expected a .parquet or .csv file")
     if frame.empty:
         raise VaecfError(f"{path}: no rows")
     if frame[list(COLUMNS)].isna().any().any():
@@ -83,9 +76,9 @@ def model_item_ids(model_dir: Path) -> np.ndarray:
     n_items = manifest.get("n_items")
     path = model_dir / "item_index.parquet"
     try:
-        items = pq.read_table(path, columns=["item_idx", "item_id"]).to_pandas()
-    except (OSError, ValueError, KeyError, pa.ArrowException) as err:
-        raise VaecfError(f"{path}: cannot read item_idx, item_id ({err})") from err
+        items = read_parquet(path, {"item_idx": INDEX, "item_id": IDS}).to_pandas()
+    except VaecfError as err:
+        raise VaecfError(f"{err} (cannot read item_idx, item_id)") from None
     if not isinstance(n_items, int) or not np.array_equal(items["item_idx"].to_numpy(),
                                                           np.arange(n_items)):
         raise VaecfError(f"{path}: does not list item_idx 0 .. n_items - 1 in order "
@@ -130,16 +123,21 @@ def recommend(model_dir: Path, item_ids: np.ndarray, pairs: pd.DataFrame,
     import tensorflow as tf
 
     loaded = tf.saved_model.load(str(model_dir / "saved_model"))
-    lookup = pd.Series(np.arange(item_ids.size, dtype=np.int64),
-                       index=saved_id_map(loaded, item_ids, model_dir))
-    raw_items = id_text(pairs["item_id"])
-    known = raw_items.isin(lookup.index).to_numpy()
-    users = np.sort(pairs["user_id"].unique())
-    user_row = pd.Series(np.arange(users.size), index=users)
-    rows = user_row[pairs["user_id"][known]].to_numpy()
-    items = lookup[raw_items[known]].to_numpy()
+    # Python's dict and sort, not pandas' hash tables: those compare text up to a NUL, so
+    # user "a<NUL>b" would be user "a".
+    position = {text: i for i, text in enumerate(saved_id_map(loaded, item_ids, model_dir))}
+    found = np.array([position.get(text, -1) for text in id_text(pairs["item_id"])],
+                     dtype=np.int64)
+    known = found >= 0
+    users, user_of_pair = np.unique(pairs["user_id"].to_numpy(dtype=object),
+                                    return_inverse=True)
+    rows, items = user_of_pair[known], found[known]
     order = np.lexsort((items, rows))
     rows, items = rows[order], items[order]
+    # A pair given twice (or as 4 and 4.0) is one known item, as in ``vaecf serve``.
+    first = np.ones(rows.size, dtype=bool)
+    first[1:] = (rows[1:] != rows[:-1]) | (items[1:] != items[:-1])
+    rows, items = rows[first], items[first]
     splits = np.searchsorted(rows, np.arange(users.size + 1))
     signature = loaded.signatures["recommend"]
     top_items, top_scores = [], []
@@ -177,16 +175,17 @@ def _body(args: argparse.Namespace) -> None:
             raise VaecfError(f"--top-k {args.top_k}: the model scores {item_ids.size:,} items "
                              f"(use at most {item_ids.size})")
         table, unknown = recommend(model_dir, item_ids, pairs, args.top_k)
+        users = len(np.unique(pairs["user_id"].to_numpy(dtype=object)))
         if unknown:
             log.warning(f"vaecf {STAGE}: warning: {unknown:,} of {len(pairs):,} pairs name an "
                         "item the model was not trained on; ignored")
         save_parquet(staging / "recommendations.parquet", table)
         write_manifest(staging, STAGE, inputs={"model": args.model, "input": args.input},
                        parameters={"top_k": args.top_k},
-                       counts={"users": int(pairs["user_id"].nunique()),
+                       counts={"users": users,
                                "pairs": len(pairs), "unknown_item_pairs": unknown,
                                "recommendations": table.num_rows}, started=started)
-    log.info(f"{table.num_rows:,} recommendations for {pairs['user_id'].nunique():,} users "
+    log.info(f"{table.num_rows:,} recommendations for {users:,} users "
              f"written to {args.output} ({unknown:,} pairs with an unknown item ignored)")
 
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from vaecf import log
 from vaecf.io import manifest_name, publish, write_manifest
-from vaecf.stages import new_parser, run_stage
+from vaecf.io.roles import Role
+from vaecf.stages import location, new_parser, run_stage
 
 STAGE = "report"
 
@@ -31,17 +32,20 @@ class ReportConfig:
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(STAGE, "Write the run report (Markdown, self-contained HTML, JSON): "
                                "the verdict first, then accuracy, training, speed, provenance.")
-    parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
-    parser.add_argument("--train-log", help="train_log.jsonl of 'vaecf train' (file or s3://)")
-    parser.add_argument("--metrics", help="metrics.json of 'vaecf evaluate' (file or s3://)")
-    parser.add_argument("--benchmark", help="benchmark.json of 'vaecf benchmark'")
-    parser.add_argument("--manifests", nargs="+", default=[], metavar="DIR",
-                        help="stage output directories (or *_manifest.json files) whose "
-                             "manifests describe the data, configuration and versions")
-    parser.add_argument("--reference", help="benchmark.json of a previous run to compare "
-                                            "speed against")
-    parser.add_argument("--trials", help="trials.jsonl of 'vaecf tune': every trial, as a "
-                                         "table and a plot")
+    location(parser, "--output", Role.OUTPUT, manifest=manifest_name(STAGE), required=True,
+             help="output directory or s3:// prefix")
+    location(parser, "--train-log", Role.INPUT_FILE,
+             help="train_log.jsonl of 'vaecf train' (file or s3://)")
+    location(parser, "--metrics", Role.INPUT_FILE,
+             help="metrics.json of 'vaecf evaluate' (file or s3://)")
+    location(parser, "--benchmark", Role.INPUT_FILE, help="benchmark.json of 'vaecf benchmark'")
+    location(parser, "--manifests", Role.INPUT_ANY, nargs="+", default=[], metavar="DIR",
+             help="stage output directories (or *_manifest.json files) whose manifests "
+             "describe the data, configuration and versions")
+    location(parser, "--reference", Role.INPUT_FILE,
+             help="benchmark.json of a previous run to compare speed against")
+    location(parser, "--trials", Role.INPUT_FILE,
+             help="trials.jsonl of 'vaecf tune': every trial, as a table and a plot")
     return parser
 
 

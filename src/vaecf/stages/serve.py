@@ -14,7 +14,8 @@ import argparse
 import re
 
 from vaecf.errors import VaecfError
-from vaecf.stages import new_parser, run_stage
+from vaecf.io.roles import Role
+from vaecf.stages import location, new_parser, run_stage
 
 DEFAULT_BATCH_USERS = 256  # users per model call: 32 clients x 8 users in one go
 MAX_HEADER_BYTES = 32 * 2**10  # request line + headers; standard clients send < 1 KiB
@@ -62,7 +63,7 @@ def boolean(text: str) -> bool:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(STAGE, "Serve a trained model with KServe (v1, v2 REST and gRPC).")
-    parser.add_argument("--model", required=True, help="'vaecf train' output (dir or s3://)")
+    location(parser, "--model", Role.INPUT, required=True, help="'vaecf train' output (dir or s3://)")
     parser.add_argument("--model_name", default="vaecf",
                         help="name in the endpoints' paths (/v1/models/<name>:predict)")
     parser.add_argument("--http_port", type=port, default=8080, help="REST port (v1 and v2)")

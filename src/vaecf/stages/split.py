@@ -7,13 +7,13 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from vaecf import log
 from vaecf.data.split import SplitConfig, split_interactions, write_split
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, read_manifest
-from vaecf.stages import new_parser, run_stage, seed
+from vaecf.io.readers import IDS, read_parquet
+from vaecf.io.roles import Role
+from vaecf.stages import location, new_parser, run_stage, seed
 
 STAGE = "split"
 PROTOCOLS = ("mission", "paper")
@@ -33,8 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(STAGE, "Split users 86/7/7 into train/val/test (or fixed held-out "
                                "counts for --protocol paper) and each held-out user's items "
                                "80/20 into fold_in/holdout.")
-    parser.add_argument("--input", required=True, help="output of 'vaecf preprocess'")
-    parser.add_argument("--output", required=True, help="output directory or s3:// prefix")
+    location(parser, "--input", Role.INPUT, required=True, help="output of 'vaecf preprocess'")
+    location(parser, "--output", Role.OUTPUT, manifest=manifest_name("dataset"), required=True,
+             help="output directory or s3:// prefix")
     parser.add_argument("--seed", type=seed, default=98765, help="the split's only randomness")
     parser.add_argument("--protocol", default=None,
                         help="mission: fractions; paper: ml-20m 10,000 and netflix 40,000 "
@@ -107,7 +108,8 @@ def run(input_uri: str, output: str, given: str | None, args: argparse.Namespace
             seed=args.seed, val_fraction=args.val_fraction, test_fraction=args.test_fraction,
             heldout_users=heldout_users(protocol, dataset, args.heldout_users),
             holdout_fraction=args.holdout_fraction))
-        interactions = pq.read_table(source / "interactions.parquet").to_pandas()
+        interactions = read_parquet(source / "interactions.parquet",
+                                    {"user_id": IDS, "item_id": IDS}).to_pandas()
         result = split_interactions(interactions, config.split)
         written = write_split(result, staging,
                               inputs={"input": input_uri, "preprocess_files": manifest["files"]},

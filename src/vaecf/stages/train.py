@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from vaecf.errors import VaecfError
-from vaecf.io import check_output, manifest_name
-from vaecf.stages import finite_non_negative, finite_positive, new_parser, run_stage, seed
-from vaecf.train import checkpoint
+from vaecf.io import manifest_name
+from vaecf.io.roles import Role
+from vaecf.stages import finite_non_negative, finite_positive, location, new_parser, run_stage, seed
 from vaecf.train.config import COMPRESSIONS, DEFAULT_BATCH_SIZE, PRECISIONS, TrainConfig
 
 STAGE = "train"
@@ -45,10 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = new_parser(STAGE, "Train Mult-VAE on a split; export the best epoch (val "
                         "NDCG@100) as a SavedModel with 'score' and 'recommend' signatures.")
     add = parser.add_argument
-    add("--split", required=True, help="split directory or s3:// prefix (vaecf split)")
-    add("--output", required=True, help="model directory or s3:// prefix")
-    add("--checkpoint-dir", help="checkpoints (local or s3://); a rerun resumes from the "
-        "newest valid one [default: <output>-checkpoints]")
+    location(parser, "--split", Role.INPUT, required=True,
+             help="split directory or s3:// prefix (vaecf split)")
+    location(parser, "--output", Role.OUTPUT, manifest=manifest_name(STAGE), required=True,
+             help="model directory or s3:// prefix")
+    location(parser, "--checkpoint-dir", Role.CHECKPOINTS, derive=checkpoint_dir,
+             help="checkpoints (local or s3://), in a folder of their own; a rerun resumes "
+             "from the newest valid one [default: <output>-checkpoints]")
     add("--epochs", type=_positive, default=20)
     add("--batch-size", type=_positive, help="global batch: users per step over all "
         f"processes [default: {DEFAULT_BATCH_SIZE}, or the training users of a smaller split]")
@@ -86,15 +89,20 @@ def build_parser() -> argparse.ArgumentParser:
         "hosts")
     add("--compression", choices=COMPRESSIONS, default="none", help="fp16: allreduce the "
         "gradients as float16 (half the bytes between hosts; under horovodrun)")
-    add("--tensorboard-dir", help="rank 0 writes TensorBoard event files here (local or "
-        "s3://): loss, NLL, KL, beta, validation metrics, users/s, input share per epoch")
+    location(parser, "--tensorboard-dir", Role.TENSORBOARD, help="rank 0 writes TensorBoard "
+             "event files here (local or s3://; a new or empty folder, or this flag's earlier "
+             "one): loss, NLL, KL, beta, validation metrics, users/s, input share per epoch")
     return parser
 
 
+def checkpoint_dir(args: argparse.Namespace) -> str:
+    """``--checkpoint-dir``, or its default ``<output>-checkpoints``."""
+    return str(args.checkpoint_dir or args.output.rstrip("/") + "-checkpoints")
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    checkpoint_dir = args.checkpoint_dir or args.output.rstrip("/") + "-checkpoints"
     return TrainConfig(
-        split=args.split, output=args.output, checkpoint_dir=checkpoint_dir,
+        split=args.split, output=args.output, checkpoint_dir=checkpoint_dir(args),
         epochs=args.epochs, batch_size=args.batch_size or DEFAULT_BATCH_SIZE,
         batch_size_default=args.batch_size is None, precision=args.precision,
         xla=args.xla, learning_rate=args.learning_rate, beta_cap=args.beta_cap,
@@ -112,8 +120,6 @@ def _body(args: argparse.Namespace) -> None:
     if config.shard_items and config.xla:
         raise VaecfError("--shard-items: the sharded step holds Horovod collectives, which "
                          "XLA cannot compile (leave out --xla)")
-    checkpoint.check_directory(config.checkpoint_dir, config.split)
-    check_output(config.output, manifest_name(STAGE), config.inputs)
     try:
         from vaecf.train.run import train  # TensorFlow is imported only when training runs
 

@@ -23,9 +23,11 @@ from vaecf import log
 from vaecf.baselines import BASELINES, DEFAULT_LAMBDA
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, publish, scratch, write_manifest
-from vaecf.stages import new_parser, run_stage, seed
+from vaecf.io.readers import read_text
+from vaecf.io.roles import Role
+from vaecf.stages import location, new_parser, run_stage, seed
 from vaecf.train.config import PRECISIONS
-from vaecf.tuning.space import DEFAULT_SPACE, load_space, trials
+from vaecf.tuning.space import DEFAULT_SPACE, SPACE_LIMIT, load_space, trials
 from vaecf.tuning.trials import OBJECTIVE, VAL_KEYS, collect, mark_best, write_trials
 
 STAGE = "tune"
@@ -36,12 +38,14 @@ def build_parser() -> argparse.ArgumentParser:
                                "the best trial by validation NDCG@100, evaluate it once on "
                                "the test users.")
     add = parser.add_argument
-    add("--split", required=True, help="split directory or s3:// prefix (vaecf split)")
-    add("--output", required=True, help="output directory or s3:// prefix")
-    add("--space", default=json.dumps(DEFAULT_SPACE), metavar="JSON",
-        help="hyperparameter -> list of values, JSON or @file.json (keys: beta_cap, "
-             "anneal_steps (null: train's default schedule), learning_rate, dropout, epochs, "
-             "hidden, latent)")
+    location(parser, "--split", Role.INPUT, required=True,
+             help="split directory or s3:// prefix (vaecf split)")
+    location(parser, "--output", Role.OUTPUT, manifest=manifest_name(STAGE), required=True,
+             help="output directory or s3:// prefix")
+    location(parser, "--space", Role.INPUT_FILE, prefix="@", default=json.dumps(DEFAULT_SPACE),
+             metavar="JSON", help="hyperparameter -> list of values, JSON or @file.json (keys: "
+             "beta_cap, anneal_steps (null: train's default schedule), learning_rate, dropout, "
+             "epochs, hidden, latent)")
     add("--trials", type=int, default=8, help="trials: the whole grid if it has at most "
         "this many points, else a random sample of it drawn with --seed")
     add("--seed", type=seed, default=0, help="seed of the sample and of every trial's training")
@@ -52,12 +56,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="precision of every trial (see vaecf train)")
     add("--baselines", nargs="*", default=["popularity", "ease"], metavar="NAME",
         help="evaluated beside the best trial on the test users")
-    add("--collect-models", nargs="+", metavar="DIR", help="KFP fan-in: the trials' models")
-    add("--collect-evaluations", nargs="+", metavar="DIR",
-        help="KFP fan-in: their 'vaecf evaluate --subset val' outputs, in the same order")
+    location(parser, "--collect-models", Role.INPUT, nargs="+",
+             derive=lambda args: _collected(args, "models"), metavar="DIR",
+             help="KFP fan-in: the trials' models")
+    location(parser, "--collect-evaluations", Role.INPUT, nargs="+",
+             derive=lambda args: _collected(args, "evaluations"), metavar="DIR",
+             help="KFP fan-in: their 'vaecf evaluate --subset val' outputs, in the same order")
     add("--executor-input", metavar="JSON", help="KFP fan-in: the executor input, whose "
         "input artifact lists 'models' and 'evaluations' replace the two flags above")
     return parser
+
+
+def _collected(args: argparse.Namespace, name: str) -> list[str] | None:
+    """``--collect-models``/``--collect-evaluations``, or ``--executor-input``'s list."""
+    if args.executor_input:
+        return collected_paths(args.executor_input, name)
+    given: list[str] | None = getattr(args, f"collect_{name}")
+    return given
 
 
 # KFP mounts an input artifact at a local path derived from its URI (kfp.dsl.Artifact.path).
@@ -80,18 +95,15 @@ def collected_paths(executor_input: str, name: str) -> list[str]:
 
 def _space(text: str) -> dict[str, list[Any]]:
     if text.startswith("@"):
-        try:
-            text = Path(text[1:]).read_text()
-        except OSError as err:
-            raise VaecfError(f"--space {text}: cannot read ({err.strerror})") from None
+        where = f"--space {text}"
+        return load_space(read_text(Path(text[1:]), where, limit=SPACE_LIMIT), where)
     return load_space(text, "--space")
 
 
 def run(args: argparse.Namespace) -> None:
     started = time.monotonic()
-    if args.executor_input:
-        args.collect_models = collected_paths(args.executor_input, "models")
-        args.collect_evaluations = collected_paths(args.executor_input, "evaluations")
+    args.collect_models = _collected(args, "models")
+    args.collect_evaluations = _collected(args, "evaluations")
     collecting = bool(args.collect_models or args.collect_evaluations)
     space = None if collecting else _space(args.space)
     chosen = [] if space is None else trials(space, args.trials, args.seed)

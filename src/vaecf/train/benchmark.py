@@ -9,7 +9,6 @@ compute bound.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -25,6 +24,7 @@ from vaecf import log
 from vaecf.data.split import write_synthetic_split
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, read_manifest
+from vaecf.io.readers import read_json, read_jsonl
 from vaecf.report import benchstats, fingerprint
 from vaecf.train.config import TrainConfig
 from vaecf.train.scaling import scaled_learning_rate
@@ -100,8 +100,8 @@ def train_command(config: BenchmarkConfig, split_dir: Path, run_dir: Path, preci
 def _model_shape(run_dir: Path, n_items: int) -> tuple[int, int, int]:
     """(hidden, latent, padded n_items) as the run recorded them (defaults if it did not)."""
     try:
-        params = json.loads((run_dir / "model" / "train_manifest.json").read_text())["parameters"]
-    except (OSError, ValueError, KeyError):
+        params = read_json(run_dir / "model" / "train_manifest.json").get("parameters", {})
+    except VaecfError:
         params = {}
     padded = -(-n_items // 8) * 8
     return (int(params.get("hidden", DEFAULT_HIDDEN)), int(params.get("latent", DEFAULT_LATENT)),
@@ -130,8 +130,7 @@ def run_one(config: BenchmarkConfig, split_dir: Path, shape: dict[str, Any], run
             return run | {"error": f"timed out after {RUN_TIMEOUT_SECONDS} s"}
     if done.returncode != 0:
         return run | {"error": f"exit {done.returncode}: {_error_line(run_dir / 'train.out')}"}
-    entries = [json.loads(line) for line in
-               (run_dir / "model" / "train_log.jsonl").read_text().splitlines() if line.strip()]
+    entries = [entry for _, entry in read_jsonl(run_dir / "model" / "train_log.jsonl")]
     try:
         stats = benchstats.run_stats(entries, WARMUP_EPOCHS, config.target_ndcg)
     except ValueError as err:

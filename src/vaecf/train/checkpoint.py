@@ -26,7 +26,7 @@ import threading
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,10 +34,11 @@ import numpy as np
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import sha256_file, storage
-from vaecf.io.location import local_path
+from vaecf.io.readers import field, read_json
 
 KEEP = 3
 _NAME = re.compile(r"^epoch-(\d{6})$")
+OWN_FILES = frozenset({"meta.json", "state.npz"})  # what a checkpoint folder holds
 
 
 @dataclass
@@ -53,67 +54,27 @@ def _name(epoch: int) -> str:
     return f"epoch-{epoch:06d}"
 
 
-def check_directory(directory: str, split: str) -> None:
-    """Refuse a checkpoint location that is not the checkpoints' own, before any work.
-
-    Checkpoints go in a folder of their own: never the split or a place inside it, nor a
-    folder that holds, or lies inside one that holds, a stage's manifest (a model, a split):
-    that output would then hold files its manifest does not list, and the stages refuse it.
-    A local folder must be creatable: a probe is created and removed in its nearest existing
-    folder (``os.access`` says yes to root in ``/proc``, where nothing can be created, and
-    the run would fail at its first checkpoint, an epoch later).
-    """
-    flag = f"--checkpoint-dir {directory}"
-    if storage.is_s3(directory):
-        _check_s3_directory(directory, split, flag)
-        return
-    path = Path(os.path.realpath(directory))
-    if not storage.is_s3(split):
-        source = Path(os.path.realpath(local_path(split)))
-        if path == source or source in path.parents:
-            raise VaecfError(f"{flag}: lies in the split {split} (checkpoints go in a "
-                             "folder of their own)")
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir():
-        raise VaecfError(f"{flag}: {existing} is not a directory")
-    for folder in (existing, *existing.parents):
-        manifests = sorted(p.name for p in folder.glob("*_manifest.json"))
-        if manifests:
-            raise VaecfError(f"{flag}: {folder} holds {manifests[0]}, a stage's output "
-                             "(checkpoints go in a folder of their own)")
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".vaecf-probe-", dir=existing))
-    except OSError as err:
-        raise VaecfError(f"{flag}: cannot create a folder in {existing} ({err.strerror})"
-                         ) from err
-
-
-def _check_s3_directory(directory: str, split: str, flag: str) -> None:
-    """The S3 form of ``check_directory``: the prefix itself is listed, not its parents."""
-    bucket, key = storage.split_s3(directory)
-    if not key.strip("/"):
-        raise VaecfError(f"{flag}: a bucket root is never a checkpoint folder (give a prefix)")
-    if storage.is_s3(split):
-        split_bucket, split_key = storage.split_s3(split)
-        path, source = PurePosixPath(key), PurePosixPath(split_key)
-        if split_bucket == bucket and (path == source or source in path.parents):
-            raise VaecfError(f"{flag}: lies in the split {split} (checkpoints go in a "
-                             "folder of their own)")
-    manifests = sorted(k for k in storage.list_keys(directory)
-                       if "/" not in k and k.endswith("_manifest.json"))
-    if manifests:
-        raise VaecfError(f"{flag}: holds {manifests[0]}, a stage's output (checkpoints go "
-                         "in a folder of their own)")
-
-
 def list_checkpoints(directory: str) -> list[str]:
-    """Checkpoint names in ``directory``, newest first (corrupt ones included)."""
+    """Checkpoint names in ``directory``, newest first (corrupt ones included).
+
+    A checkpoint is recognised by its own files: a folder ``epoch-NNNNNN`` holding
+    ``meta.json`` and nothing but ``meta.json`` and ``state.npz`` (a user's folder that only
+    shares the name is not one, and is never read or deleted).
+    """
     if storage.is_s3(directory):
-        names = {key.split("/", 1)[0] for key in storage.list_keys(directory)}
+        found: dict[str, set[str]] = {}
+        for key in storage.list_keys(directory):
+            name, _, rest = key.partition("/")
+            found.setdefault(name, set()).add(rest)
     else:
         path = Path(directory)
-        names = {p.name for p in path.iterdir()} if path.is_dir() else set()
-    return sorted((n for n in names if _NAME.match(n)), reverse=True)
+        found = {p.name: {f.name if f.is_file() and not f.is_symlink() else "" for f in
+                          p.iterdir()}
+                 for p in (path.iterdir() if path.is_dir() else [])
+                 if _NAME.match(p.name) and p.is_dir() and not p.is_symlink()}
+    return sorted((name for name, files in found.items()
+                   if _NAME.match(name) and "meta.json" in files and files <= OWN_FILES),
+                  reverse=True)
 
 
 def save(directory: str, epoch: int, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> str:
@@ -158,9 +119,22 @@ def _save_local(directory: Path, name: str, meta: dict[str, Any],
 
     Staging in the checkpoint folder itself (not ``$TMPDIR``) makes the rename atomic and puts
     a full disk's error where the checkpoint goes; the hidden folder is removed whatever
-    happens, so a failed write leaves no ``.epoch-*`` debris.
+    happens, so a failed write leaves no ``.epoch-*`` debris, and the folders this write
+    created (the first checkpoint's) are removed with it.
     """
+    created = [p for p in (directory, *directory.parents) if not p.exists()]
     directory.mkdir(parents=True, exist_ok=True)
+    try:
+        _save_in(directory, name, meta, arrays, epoch)
+    except BaseException:
+        for folder in created:  # deepest first; only if still empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
+def _save_in(directory: Path, name: str, meta: dict[str, Any],
+             arrays: dict[str, np.ndarray], epoch: int) -> None:
     hidden = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=directory))
     try:
         (hidden / "new").mkdir()
@@ -178,7 +152,11 @@ def _delete(directory: str, name: str) -> None:
         base = f"{directory.rstrip('/')}/{name}"
         storage.delete_keys(base, ["meta.json", "state.npz"])  # marker first
     else:
-        shutil.rmtree(Path(directory) / name, ignore_errors=True)
+        folder = Path(directory) / name
+        for file in OWN_FILES:  # only what a checkpoint holds (list_checkpoints checked)
+            (folder / file).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def load_newest(directory: str) -> Checkpoint | None:
@@ -186,7 +164,7 @@ def load_newest(directory: str) -> Checkpoint | None:
     for name in list_checkpoints(directory):
         try:
             return _load(directory, name)
-        except (OSError, ValueError, KeyError, VaecfError) as err:
+        except (OSError, ValueError, VaecfError) as err:
             log.info(f"checkpoint {directory}/{name} is unusable ({err}); trying the previous")
     return None
 
@@ -200,12 +178,34 @@ def _load(directory: str, name: str) -> Checkpoint:
             storage.download_file(f"{base}/state.npz", local / "state.npz")
         else:
             local = Path(directory) / name
-        meta = json.loads((local / "meta.json").read_text())
+        meta = read_json(local / "meta.json", f"{directory.rstrip('/')}/{name}/meta.json")
+        check_meta(meta, f"{directory.rstrip('/')}/{name}/meta.json")
         if sha256_file(local / "state.npz") != meta["state_sha256"]:
             raise ValueError("state.npz does not match its SHA-256 in meta.json")
-        with np.load(local / "state.npz") as state:
-            arrays = {key: state[key] for key in state.files}
+        try:
+            with np.load(local / "state.npz", allow_pickle=False) as state:
+                arrays = {key: state[key] for key in state.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+            raise VaecfError(f"{local / 'state.npz'}: not readable ({err})") from None
     return Checkpoint(name=name, meta=meta, arrays=arrays)
+
+
+# meta.json field -> its kind (``vaecf.io.readers.field``): what resuming reads.
+META_FIELDS = {"epoch": "int", "step": "int", "log": "list", "best_epoch": "int|none",
+               "best_ndcg": "number", "state_sha256": "str", "parameters": "dict",
+               "split_digest": "str", "n_items": "int", "world_size": "int|none"}
+
+
+def check_meta(meta: dict[str, Any], where: str) -> None:
+    """Every field resuming reads has its type (an edited ``meta.json`` is one line)."""
+    for key, kind in META_FIELDS.items():
+        field(meta, key, where, kind)
+    for number, entry in enumerate(meta["log"]):
+        field(entry, "epoch", f"{where}: log[{number}]", "int")
+    if not (1 <= meta["epoch"] < 2**31 and 0 <= meta["step"] < 2**62):
+        raise VaecfError(f"{where}: epoch {str(meta['epoch'])[:20]} and step "
+                         f"{str(meta['step'])[:20]}: expected an epoch in 1 .. 2**31 - 1 and "
+                         "a step in 0 .. 2**62 - 1")
 
 
 class StopRequest(threading.Event):

@@ -10,7 +10,6 @@ Katib's Bayesian suggestion) needs tens of trials before it beats random.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from collections.abc import Mapping
@@ -20,12 +19,19 @@ import numpy as np
 
 from vaecf.errors import VaecfError
 
-# Searchable hyperparameter -> (``vaecf train`` flag, type, smallest allowed value).
-SEARCHABLE: dict[str, tuple[str, type, float]] = {
-    "beta_cap": ("--beta-cap", float, 0.0), "anneal_steps": ("--anneal-steps", int, 0),
-    "learning_rate": ("--learning-rate", float, 1e-12), "dropout": ("--dropout", float, 0.0),
-    "epochs": ("--epochs", int, 1), "hidden": ("--hidden", int, 1),
-    "latent": ("--latent", int, 1)}
+# Searchable hyperparameter -> (``vaecf train`` flag, type, smallest and largest allowed
+# value). The largest are far beyond any useful setting: they keep every value a number that
+# training can hold (an epoch count of 1e300 is no count of epochs).
+SEARCHABLE: dict[str, tuple[str, type, float, float]] = {
+    "beta_cap": ("--beta-cap", float, 0.0, 1e6),
+    "anneal_steps": ("--anneal-steps", int, 0, 2**31 - 1),
+    "learning_rate": ("--learning-rate", float, 1e-12, 1e3),
+    "dropout": ("--dropout", float, 0.0, 1.0), "epochs": ("--epochs", int, 1, 100_000),
+    "hidden": ("--hidden", int, 1, 1_000_000), "latent": ("--latent", int, 1, 1_000_000)}
+# The most points a grid may have (its size is computed before anything is expanded), and
+# the most bytes of a space given as a file (``--space @file``).
+GRID_LIMIT = 10**6
+SPACE_LIMIT = 1024 * 1024
 # The default space: the paper tuned the beta cap (its best on ML-20M: 0.2); the others are the
 # settings whose defaults matter most on small data. ``anneal_steps`` null: beta reaches its
 # cap at the run's last step (the ``vaecf train`` default); 0: the cap from the start.
@@ -41,17 +47,19 @@ def check_trial(trial: Mapping[str, Any], where: str) -> dict[str, Any]:
         if name not in SEARCHABLE:
             raise VaecfError(f"{where}: unknown hyperparameter '{name}' (one of: "
                              f"{', '.join(SEARCHABLE)})")
-        _, kind, low = SEARCHABLE[name]
+        _, kind, low, high = SEARCHABLE[name]
         if value is None and name == "anneal_steps":
             checked[name] = None
             continue
         number = isinstance(value, int | float) and not isinstance(value, bool)
-        if not (number and math.isfinite(value) and value >= low
+        if not (number and math.isfinite(value) and low <= value <= high
                 and (kind is float or float(value).is_integer())
                 and (name != "dropout" or value < 1.0)):
             what = "an integer" if kind is int else "a number"
-            bound = " and < 1" if name == "dropout" else ""
-            raise VaecfError(f"{where}: {name} {value!r}: expected {what} >= {low:g}{bound}")
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+            bound = "< 1" if name == "dropout" else f"<= {high:g}"
+            raise VaecfError(f"{where}: {name} {shown}: expected {what} >= {low:g} and "
+                             f"{bound}")
         checked[name] = kind(value)
     return checked
 
@@ -92,14 +100,30 @@ def load_space(text: str, where: str) -> dict[str, list[Any]]:
     return {name: list(values) for name, values in space.items()}
 
 
-def trials(space: Mapping[str, list[Any]], count: int, seed: int) -> list[dict[str, Any]]:
+def trials(space: Mapping[str, list[Any]], count: int, seed: int,
+           where: str = "--space") -> list[dict[str, Any]]:
     """``count`` distinct trials: the whole grid in order if it has at most ``count``
     points, else a random sample of the grid drawn with ``seed``."""
     if count < 1:
         raise VaecfError(f"--trials: expected >= 1, got {count}")
     names = list(space)
-    grid = list(itertools.product(*(space[name] for name in names)))
-    if len(grid) > count:
-        chosen = np.random.default_rng(seed).choice(len(grid), size=count, replace=False)
-        grid = [grid[int(i)] for i in sorted(chosen)]
-    return [check_trial(dict(zip(names, point, strict=True)), "space") for point in grid]
+    size = math.prod(len(space[name]) for name in names)
+    if size > GRID_LIMIT:
+        raise VaecfError(f"{where}: a grid of {size:,} points (at most {GRID_LIMIT:,}); search "
+                         "fewer values")
+    points: list[int] | range = range(size)
+    if size > count:
+        points = sorted(int(i) for i in np.random.default_rng(seed).choice(size, size=count,
+                                                                           replace=False))
+    return [check_trial(dict(zip(names, _point(space, names, index), strict=True)), "space")
+            for index in points]
+
+
+def _point(space: Mapping[str, list[Any]], names: list[str], index: int) -> list[Any]:
+    """The ``index``-th point of the grid in ``itertools.product`` order (the last name
+    varies fastest), without expanding the grid."""
+    point = []
+    for name in reversed(names):
+        index, digit = divmod(index, len(space[name]))
+        point.append(space[name][digit])
+    return point[::-1]

@@ -23,6 +23,7 @@ from typing import Any
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, read_jsonl, read_manifest
+from vaecf.io.readers import read_json
 from vaecf.train.tracking import VAL_KEYS
 from vaecf.tuning.space import SEARCHABLE
 
@@ -64,7 +65,7 @@ def collect(models: list[str], evaluations: list[str], stack: ExitStack
     for evaluation in evaluations:
         directory = stack.enter_context(open_input(evaluation))
         manifest = read_manifest(directory, "evaluate", required=["metrics.json"])
-        metrics = json.loads((directory / "metrics.json").read_text())
+        metrics = read_json(directory / "metrics.json", f"{evaluation}/metrics.json")
         if metrics.get("subset") != "val":
             raise VaecfError(f"{evaluation}: evaluated on '{metrics.get('subset')}' users; "
                              "trials are compared on validation users only")
