@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from vaecf import log
 from vaecf.errors import VaecfError
-from vaecf.model import MultVAE, SparseBatch, beta_at, gaussian_kl
+from vaecf.model import MultVAE, SparseBatch, beta_at
 from vaecf.model.shard import Collectives, ItemShard, shard_width
 from vaecf.train import devices
 from vaecf.train.config import TrainConfig
@@ -101,13 +101,30 @@ def make_optimizer(config: TrainConfig) -> keras.optimizers.Optimizer:
     return adam
 
 
-StepFn = Callable[[SparseBatch, tf.Tensor], tf.Tensor]
+StepFn = Callable[..., tf.Tensor]  # (batch, step, phase="joint") -> float32 [5]
+
+
+def kl_weight(batch: SparseBatch, step_idx: tf.Tensor, config: TrainConfig) -> tf.Tensor:
+    """The KL weight, float32: annealed beta (a scalar), or with ``--kl-per-item`` RecVAE's
+    gamma times each user's item count ([users]; the padding entries have value 0)."""
+    if config.kl_per_item is None:
+        assert config.anneal_steps is not None
+        return beta_at(step_idx, config.beta_cap, config.anneal_steps)
+    counts = tf.math.unsorted_segment_sum(batch.values, batch.rows,
+                                          tf.shape(batch.user_idx)[0])
+    return config.kl_per_item * counts
 
 
 def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
                     config: TrainConfig, runtime: Runtime) -> StepFn:
-    """One data-parallel update: (batch, step) -> float32 [5], the averaged [loss, nll, kl,
-    beta] and 1 if the optimizer skipped the step (float16 gradients overflowed), else 0.
+    """One data-parallel update: (batch, step, phase) -> float32 [5], the averaged [loss,
+    nll, kl, beta] and 1 if the optimizer skipped the step (float16 gradients overflowed),
+    else 0. ``beta`` is the batch's mean KL weight under ``--kl-per-item``.
+
+    ``phase`` (a Python string, one trace each): "joint" updates every variable; "encoder"
+    only the encoder's, "decoder" only the decoder's with no input dropout (``--alternate``).
+    One optimizer serves all three (its step count is shared: Adam's bias correction
+    differs from RecVAE's two optimizers for the first few hundred steps only).
 
     The step returns device tensors and never waits for the device: the caller reads them
     back in blocks (``trainer.READ_EVERY``).
@@ -115,25 +132,29 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
     hvd, size = runtime.hvd, runtime.size
     if config.anneal_steps is None:
         raise ValueError("anneal_steps unset: pass config.resolved(steps_per_epoch)")
-    anneal_steps = config.anneal_steps
     scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-    variables = model.trainable_variables
 
-    def gradients(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, list]:
-        beta = beta_at(step_idx, config.beta_cap, anneal_steps)
+    def gradients(batch: SparseBatch, step_idx: tf.Tensor,
+                  phase: str = "joint") -> tuple[tf.Tensor, list]:
+        beta = kl_weight(batch, step_idx, config)
         with tf.GradientTape() as tape:  # Horovod: plain tape (Keras 3 breaks the wrapper)
-            nll, mu, logvar = model.likelihood(batch, training=True, step=step_idx)
+            nll, mu, logvar = model.likelihood(batch, training=True, step=step_idx,
+                                               drop=phase != "decoder")
             nll = tf.reduce_mean(nll)
-            kl = tf.reduce_mean(gaussian_kl(mu, logvar))
+            kl_u = model.kl(batch, mu, logvar, step_idx)
+            kl = tf.reduce_mean(kl_u)
             penalty = model.penalty(config.l2)
-            loss = nll + beta * kl + penalty
+            weighted = beta * kl if beta.shape.rank == 0 else tf.reduce_mean(beta * kl_u)
+            loss = nll + weighted + penalty
             scaled = optimizer.scale_loss(loss) if scaling else loss  # Horovod: fp16 scale
         # Dense gradients (the gather of the --xla first layer gives IndexedSlices): the fused
         # Adam update and the allreduce take one dense tensor per variable.
-        grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, variables)]
-        return tf.stack([loss, nll, kl, beta]), grads
+        grads = [tf.convert_to_tensor(g)
+                 for g in tape.gradient(scaled, model.phase_variables(phase))]
+        return tf.stack([loss, nll, kl, beta if beta.shape.rank == 0 else tf.reduce_mean(beta)]), grads
 
-    def apply(grads: list) -> tf.Tensor:
+    def apply(grads: list, phase: str = "joint") -> tf.Tensor:
+        variables = model.phase_variables(phase)
         skipped = tf.constant(0.0)
         if scaling:  # the optimizer skips the step on overflow: the same scale before, after
             before = tf.convert_to_tensor(optimizer.dynamic_scale)  # read before the apply
@@ -142,9 +163,9 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
         optimizer.apply(grads, variables)
         return skipped
 
-    def step(batch: SparseBatch, step_idx: tf.Tensor) -> tf.Tensor:
-        stats, grads = gradients(batch, step_idx)
-        return tf.concat([stats, [apply(grads)]], 0)
+    def step(batch: SparseBatch, step_idx: tf.Tensor, phase: str = "joint") -> tf.Tensor:
+        stats, grads = gradients(batch, step_idx, phase)
+        return tf.concat([stats, [apply(grads, phase)]], 0)
 
     if size == 1:  # --xla compiles the whole step: forward, loss, gradients, apply. Each
         # batch shape is its own trace (no reduce_retracing): one compile per traced shape.
@@ -158,10 +179,11 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
     compression = hvd.Compression.fp16 if config.compression == "fp16" else hvd.Compression.none
 
     sharded = {id(v) for v in model.sharded_variables()}
-    owned = [id(v) in sharded for v in variables]
 
-    def distributed_step(batch: SparseBatch, step_idx: tf.Tensor) -> tf.Tensor:
-        stats, grads = compiled_gradients(batch, step_idx)
+    def distributed_step(batch: SparseBatch, step_idx: tf.Tensor,
+                         phase: str = "joint") -> tf.Tensor:
+        stats, grads = compiled_gradients(batch, step_idx, phase)
+        owned = [id(v) in sharded for v in model.phase_variables(phase)]
         # Horovod: one allreduce per step averages the replicated gradients and the logged
         # statistics; an item shard's gradient is already the sum over every rank's loss
         # (vaecf.model.shard): its average is a division, never an allreduce.
@@ -171,7 +193,7 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
         replicated = iter(averaged)
         grads = [g / size if own else next(replicated) for g, own in zip(grads, owned,
                                                                           strict=True)]
-        skipped = compiled_apply(grads)  # Horovod: unscale (fp16), skip if not finite
+        skipped = compiled_apply(grads, phase)  # Horovod: unscale (fp16), skip if not finite
         return tf.concat([stats, [skipped]], 0)
 
     return tf.function(distributed_step, reduce_retracing=True)
@@ -243,7 +265,7 @@ def replicated_variables(model: MultVAE, optimizer: keras.optimizers.Optimizer
     their Adam moments."""
     sharded = {id(v) for v in model.sharded_variables()}
     inner = getattr(optimizer, "inner_optimizer", optimizer)
-    slots = {id(slot) for v in model.sharded_variables()
+    slots = {id(slot) for v in model.sharded_variables() if v.trainable
              for slot in (inner._momentums[inner._get_variable_index(v)],
                           inner._velocities[inner._get_variable_index(v)])}
     return ([v for v in model.variables if id(v) not in sharded],

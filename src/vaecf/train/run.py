@@ -85,9 +85,9 @@ def _write_output(staging: Path, trainer: Trainer, best_weights: list[np.ndarray
     state = trainer.state
     if best_weights is None:
         raise VaecfError("no epoch was validated: nothing to export")
-    export(best_weights, n_items=trainer.n_items, hidden=config.hidden,
-           latent=config.latent, path=staging / "saved_model", item_ids=split.item_ids,
-           train=split.train)
+    export(trainer.exported_weights(best_weights), n_items=trainer.n_items,
+           hidden=config.hidden, latent=config.latent, encoder_layers=config.encoder_layers,
+           path=staging / "saved_model", item_ids=split.item_ids, train=split.train)
     with open(staging / "train_log.jsonl", "w") as handle:
         for record in state.log:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
