@@ -151,7 +151,8 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
         # Adam update and the allreduce take one dense tensor per variable.
         grads = [tf.convert_to_tensor(g)
                  for g in tape.gradient(scaled, model.phase_variables(phase))]
-        return tf.stack([loss, nll, kl, beta if beta.shape.rank == 0 else tf.reduce_mean(beta)]), grads
+        mean_beta = beta if beta.shape.rank == 0 else tf.reduce_mean(beta)
+        return tf.stack([loss, nll, kl, mean_beta]), grads
 
     def apply(grads: list, phase: str = "joint") -> tf.Tensor:
         variables = model.phase_variables(phase)
