@@ -101,6 +101,7 @@ def _write_output(staging: Path, trainer: Trainer, best_weights: list[np.ndarray
         extra={"n_items": trainer.n_items, "split_n_items": split.n_items,
                "split_digest": split.digest,
                "best_epoch": state.best_epoch, "best_val": best["val"],
+               "best_val_stderr": best.get("val_stderr"),
                "world_size": trainer.runtime.size, "hosts": trainer.runtime.hosts,
                "replica_weight_sha256": digests})
     log.info(f"best epoch {state.best_epoch} (val ndcg@100 {state.best_ndcg:.4f}) exported "

@@ -206,7 +206,7 @@ class Trainer:
                 self.state.epoch = epoch
                 validate = epoch % self.config.validate_every == 0 or epoch == self.config.epochs
                 if validate and (self.runtime.is_chief or self.model.shard is not None):
-                    record["val"] = self._validate(epoch)
+                    record["val"], record["val_stderr"] = self._validate(epoch)
                 if self.runtime.is_chief:
                     self.state.log.append(record)
                     log.info(_describe(record))
@@ -324,21 +324,23 @@ class Trainer:
                              f"{self.state.step}: results are read every {READ_EVERY} steps)")
         return stats
 
-    def _validate(self, epoch: int) -> dict[str, float]:
-        """Validation metrics of the current weights; remembers the best epoch's weights.
+    def _validate(self, epoch: int) -> tuple[dict[str, float], dict[str, float]]:
+        """Validation metrics of the current weights and their standard errors (what tells
+        trials apart, ``vaecf tune``); remembers the best epoch's weights.
 
         Item shards: every rank scores the same users (each rank's items, gathered), so no
         rank ever holds the whole model; each keeps its own shard of the best weights.
         """
         result = evaluate(lambda rows: self._scores(data.csr_batch(rows)), *self.val)
         metrics = {key: result.metrics[key].mean for key in VAL_KEYS}
+        errors = {key: result.metrics[key].stderr for key in VAL_KEYS}
         if self.model.shard is not None:  # rank 0's figures decide the best epoch everywhere
-            metrics = dist.broadcast_object(metrics, self.runtime)
+            metrics, errors = dist.broadcast_object((metrics, errors), self.runtime)
         if metrics["ndcg_at_100"] > self.state.best_ndcg:
             self.state.best_ndcg = metrics["ndcg_at_100"]
             self.state.best_epoch = epoch
             self.state.best_weights = [np.array(w) for w in self.model.get_weights()]
-        return metrics
+        return metrics, errors
 
     def _score_batch(self, batch: Any) -> tf.Tensor:
         """float32 [users, n_items]: inference logits (the mean of the latent code)."""

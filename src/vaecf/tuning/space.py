@@ -20,12 +20,22 @@ import numpy as np
 
 from vaecf.errors import VaecfError
 
-# Searchable hyperparameter -> (``vaecf train`` flag, type, smallest allowed value).
+# Searchable hyperparameter -> (``vaecf train`` flag, type, smallest allowed value). A bool is
+# a flag given (true) or not (false); null, where ``NULLABLE``, is no flag (train's default).
 SEARCHABLE: dict[str, tuple[str, type, float]] = {
     "beta_cap": ("--beta-cap", float, 0.0), "anneal_steps": ("--anneal-steps", int, 0),
     "learning_rate": ("--learning-rate", float, 1e-12), "dropout": ("--dropout", float, 0.0),
     "epochs": ("--epochs", int, 1), "hidden": ("--hidden", int, 1),
-    "latent": ("--latent", int, 1)}
+    "latent": ("--latent", int, 1),
+    # RecVAE's options and ImplicitSLIM's step (off: null, false, 0, 1 and 0)
+    "kl_per_item": ("--kl-per-item", float, 1e-12),
+    "composite_prior": ("--composite-prior", bool, 0.0),
+    "alternate": ("--alternate", int, 0), "encoder_layers": ("--encoder-layers", int, 1),
+    "implicit_slim_every": ("--implicit-slim-every", int, 0)}
+NULLABLE = ("anneal_steps", "kl_per_item")
+# Each option's value where it is off (``options_on`` counts the others: "simpler" trials).
+OFF: dict[str, Any] = {"kl_per_item": None, "composite_prior": False, "alternate": 0,
+                       "encoder_layers": 1, "implicit_slim_every": 0}
 # The default space: the paper tuned the beta cap (its best on ML-20M: 0.2); the others are the
 # settings whose defaults matter most on small data. ``anneal_steps`` null: beta reaches its
 # cap at the run's last step (the ``vaecf train`` default); 0: the cap from the start.
@@ -42,8 +52,13 @@ def check_trial(trial: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise VaecfError(f"{where}: unknown hyperparameter '{name}' (one of: "
                              f"{', '.join(SEARCHABLE)})")
         _, kind, low = SEARCHABLE[name]
-        if value is None and name == "anneal_steps":
+        if value is None and name in NULLABLE:
             checked[name] = None
+            continue
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise VaecfError(f"{where}: {name} {value!r}: expected true or false")
+            checked[name] = value
             continue
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if not (number and math.isfinite(value) and value >= low
@@ -68,12 +83,24 @@ def parse_trial(text: str, where: str) -> dict[str, Any]:
 
 
 def train_flags(trial: Mapping[str, Any]) -> list[str]:
-    """The ``vaecf train`` flags of a checked trial (``anneal_steps`` null: no flag)."""
+    """The ``vaecf train`` flags of a checked trial (null or false: no flag)."""
     flags: list[str] = []
     for name, value in trial.items():
-        if value is not None:
+        if value is True:
+            flags.append(SEARCHABLE[name][0])
+        elif value is not None and value is not False:
             flags += [SEARCHABLE[name][0], str(value)]
     return flags
+
+
+def options_on(params: Mapping[str, Any]) -> int:
+    """How many of RecVAE's options and ImplicitSLIM's step a trial turns on."""
+    return sum(params.get(name, off) != off for name, off in OFF.items())
+
+
+def describe(trial: Mapping[str, Any]) -> str:
+    """``beta_cap=0.2, anneal_steps=null``: a trial's values as the space writes them."""
+    return ", ".join(f"{k}={json.dumps(v)}" for k, v in trial.items())
 
 
 def load_space(text: str, where: str) -> dict[str, list[Any]]:
