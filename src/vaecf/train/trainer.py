@@ -241,6 +241,7 @@ class Trainer:
         ``--alternate``'s encoder passes then a decoder pass), the composite prior's frozen
         encoder updated after the encoder's last update, ImplicitSLIM's step before it."""
         config, runtime = self.config, self.runtime
+        started = time.perf_counter()  # the closed form is part of the epoch's time
         every = config.implicit_slim_every
         if every and epoch % every == 0:
             self._implicit_slim()
@@ -249,7 +250,6 @@ class Trainer:
         pending: list[tf.Tensor] = []
         waited = 0.0
         progress = log.Progress(f"epoch {epoch}", total=self.steps * len(passes), unit="steps")
-        started = time.perf_counter()
         for index, phase in enumerate(passes):
             if phase == "decoder":  # RecVAE: the prior follows the encoder passes
                 self.model.update_prior()
