@@ -21,6 +21,7 @@ import tensorflow as tf
 from scipy.stats import norm
 
 from vaecf.model import MultVAE, SparseBatch
+from vaecf.model.vae import PHASES
 from vaecf.train import horovod as dist
 from vaecf.train.config import TrainConfig
 
@@ -38,8 +39,10 @@ def batch(users: int = 5, seed: int = 0, per_user: int = 4) -> SparseBatch:
                        tf.ones([rows.size]), tf.range(users, dtype=tf.int64))
 
 
-def make_step(precision: str = "fp32", item_chunk: int | None = None, **options: object
-              ) -> tuple[dist.StepFn, MultVAE]:
+def make_step(precision: str = "fp32", item_chunk: int | None = None,
+              phases: tuple[str, ...] = PHASES, **options: object
+              ) -> tuple[dict[str, dist.StepFn], MultVAE]:
+    """The step of each phase (``MultVAE.PHASES``) on one model and optimizer."""
     config = TrainConfig(split="", output="", checkpoint_dir="", precision=precision,
                          hidden=16, latent=4, **({"anneal_steps": 4, "l2": 0.01} | options))
     model_options = {k: v for k, v in options.items()
@@ -49,13 +52,17 @@ def make_step(precision: str = "fp32", item_chunk: int | None = None, **options:
     model.build_variables()
     optimizer = dist.make_optimizer(config)
     optimizer.build(model.trainable_variables)
-    return dist.make_train_step(model, optimizer, config, RUNTIME), model
+    # "joint" as the code before the options was called (the recording runs it)
+    return {phase: dist.make_train_step(model, optimizer, config, RUNTIME,
+                                        *([phase] if phase != "joint" else []))
+            for phase in phases}, model
 
 
 def trajectory(precision: str, item_chunk: int | None) -> list[float]:
     """Five default steps: every statistic of every step, then each weight's sum."""
-    step, model = make_step(precision, item_chunk)
-    stats = [step(batch(seed=i), tf.constant(i, tf.int64)).numpy() for i in range(5)]
+    steps, model = make_step(precision, item_chunk, ("joint",))
+    stats = [steps["joint"](batch(seed=i), tf.constant(i, tf.int64)).numpy()
+             for i in range(5)]
     return [float(x) for x in np.concatenate(stats)] + [
         float(np.sum(w.astype(np.float64))) for w in model.get_weights()]
 
@@ -118,10 +125,9 @@ def test_vaecf_train_without_options_trains_as_it_did(synthetic_split, tmp_path:
                                TODAY_TRAIN_LOG, rtol=2e-5)
 
 
-def run(step: dist.StepFn, steps: int = 3, phase: str = "joint",
-        data: SparseBatch | None = None) -> np.ndarray:
-    return np.array([step(data or batch(seed=i), tf.constant(i, tf.int64), phase).numpy()
-                     for i in range(steps)])
+def run(steps: dict[str, dist.StepFn], count: int = 3, phase: str = "joint") -> np.ndarray:
+    return np.array([steps[phase](batch(seed=i), tf.constant(i, tf.int64)).numpy()
+                     for i in range(count)])
 
 
 def test_kl_per_item_is_beta_when_every_user_has_the_same_count() -> None:

@@ -200,7 +200,7 @@ def _parameters(config: EvaluateConfig) -> dict[str, object]:
     """The flags that shape the result (inputs and output are recorded elsewhere)."""
     chosen = asdict(config) | {"baselines": list(config.baselines)}
     return {key: value for key, value in chosen.items()
-            if key not in ("split", "model", "output")}
+            if key not in ("split", "model", "output", "model_name")}
 
 
 def _scorer(name: str, split: Split, config: EvaluateConfig, stack: ExitStack) -> ScoreBatch:

@@ -101,7 +101,7 @@ def make_optimizer(config: TrainConfig) -> keras.optimizers.Optimizer:
     return adam
 
 
-StepFn = Callable[..., tf.Tensor]  # (batch, step, phase="joint") -> float32 [5]
+StepFn = Callable[[SparseBatch, tf.Tensor], tf.Tensor]
 
 
 def kl_weight(batch: SparseBatch, step_idx: tf.Tensor, config: TrainConfig) -> tf.Tensor:
@@ -116,15 +116,16 @@ def kl_weight(batch: SparseBatch, step_idx: tf.Tensor, config: TrainConfig) -> t
 
 
 def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
-                    config: TrainConfig, runtime: Runtime) -> StepFn:
-    """One data-parallel update: (batch, step, phase) -> float32 [5], the averaged [loss,
-    nll, kl, beta] and 1 if the optimizer skipped the step (float16 gradients overflowed),
-    else 0. ``beta`` is the batch's mean KL weight under ``--kl-per-item``.
+                    config: TrainConfig, runtime: Runtime, phase: str = "joint") -> StepFn:
+    """One data-parallel update: (batch, step) -> float32 [5], the averaged [loss, nll, kl,
+    beta] and 1 if the optimizer skipped the step (float16 gradients overflowed), else 0.
+    ``beta`` is the batch's mean KL weight under ``--kl-per-item``.
 
-    ``phase`` (a Python string, one trace each): "joint" updates every variable; "encoder"
-    only the encoder's, "decoder" only the decoder's with no input dropout (``--alternate``).
-    One optimizer serves all three (its step count is shared: Adam's bias correction
-    differs from RecVAE's two optimizers for the first few hundred steps only).
+    ``phase`` (``MultVAE.PHASES``): "joint" updates every variable; "encoder" only the
+    encoder's, "decoder" only the decoder's with no input dropout (``--alternate``: the
+    trainer makes one step per phase, the same code). One optimizer serves every phase (its
+    step count is shared: Adam's bias correction differs from RecVAE's two optimizers for the
+    first few hundred steps only).
 
     The step returns device tensors and never waits for the device: the caller reads them
     back in blocks (``trainer.READ_EVERY``).
@@ -134,8 +135,9 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
         raise ValueError("anneal_steps unset: pass config.resolved(steps_per_epoch)")
     scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
-    def gradients(batch: SparseBatch, step_idx: tf.Tensor,
-                  phase: str = "joint") -> tuple[tf.Tensor, list]:
+    variables = model.phase_variables(phase)
+
+    def gradients(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, list]:
         beta = kl_weight(batch, step_idx, config)
         with tf.GradientTape() as tape:  # Horovod: plain tape (Keras 3 breaks the wrapper)
             nll, mu, logvar = model.likelihood(batch, training=True, step=step_idx,
@@ -149,13 +151,11 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
             scaled = optimizer.scale_loss(loss) if scaling else loss  # Horovod: fp16 scale
         # Dense gradients (the gather of the --xla first layer gives IndexedSlices): the fused
         # Adam update and the allreduce take one dense tensor per variable.
-        grads = [tf.convert_to_tensor(g)
-                 for g in tape.gradient(scaled, model.phase_variables(phase))]
+        grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, variables)]
         mean_beta = beta if beta.shape.rank == 0 else tf.reduce_mean(beta)
         return tf.stack([loss, nll, kl, mean_beta]), grads
 
-    def apply(grads: list, phase: str = "joint") -> tf.Tensor:
-        variables = model.phase_variables(phase)
+    def apply(grads: list) -> tf.Tensor:
         skipped = tf.constant(0.0)
         if scaling:  # the optimizer skips the step on overflow: the same scale before, after
             before = tf.convert_to_tensor(optimizer.dynamic_scale)  # read before the apply
@@ -164,9 +164,9 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
         optimizer.apply(grads, variables)
         return skipped
 
-    def step(batch: SparseBatch, step_idx: tf.Tensor, phase: str = "joint") -> tf.Tensor:
-        stats, grads = gradients(batch, step_idx, phase)
-        return tf.concat([stats, [apply(grads, phase)]], 0)
+    def step(batch: SparseBatch, step_idx: tf.Tensor) -> tf.Tensor:
+        stats, grads = gradients(batch, step_idx)
+        return tf.concat([stats, [apply(grads)]], 0)
 
     if size == 1:  # --xla compiles the whole step: forward, loss, gradients, apply. Each
         # batch shape is its own trace (no reduce_retracing): one compile per traced shape.
@@ -180,11 +180,10 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
     compression = hvd.Compression.fp16 if config.compression == "fp16" else hvd.Compression.none
 
     sharded = {id(v) for v in model.sharded_variables()}
+    owned = [id(v) in sharded for v in variables]
 
-    def distributed_step(batch: SparseBatch, step_idx: tf.Tensor,
-                         phase: str = "joint") -> tf.Tensor:
-        stats, grads = compiled_gradients(batch, step_idx, phase)
-        owned = [id(v) in sharded for v in model.phase_variables(phase)]
+    def distributed_step(batch: SparseBatch, step_idx: tf.Tensor) -> tf.Tensor:
+        stats, grads = compiled_gradients(batch, step_idx)
         # Horovod: one allreduce per step averages the replicated gradients and the logged
         # statistics; an item shard's gradient is already the sum over every rank's loss
         # (vaecf.model.shard): its average is a division, never an allreduce.
@@ -194,7 +193,7 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
         replicated = iter(averaged)
         grads = [g / size if own else next(replicated) for g, own in zip(grads, owned,
                                                                           strict=True)]
-        skipped = compiled_apply(grads, phase)  # Horovod: unscale (fp16), skip if not finite
+        skipped = compiled_apply(grads)  # Horovod: unscale (fp16), skip if not finite
         return tf.concat([stats, [skipped]], 0)
 
     return tf.function(distributed_step, reduce_retracing=True)

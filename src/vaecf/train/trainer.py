@@ -95,7 +95,11 @@ class Trainer:
         self.model.build_variables()
         self.optimizer = dist.make_optimizer(config)
         self.optimizer.build(self.model.trainable_variables)
-        self.step_fn = dist.make_train_step(self.model, self.optimizer, config, runtime)
+        # One step per phase of the epoch's passes (only "joint" unless --alternate).
+        self.step_fns = {phase: dist.make_train_step(self.model, self.optimizer, config,
+                                                     runtime, phase)
+                         for phase in dict.fromkeys(config.passes)}
+        self.step_fn = self.step_fns[config.passes[0]]
         self.maker = data.BatchMaker(train, data.pad_granule(train, local),
                                      device=data.resident_device(),
                                      one_size=config.xla or config.shard_items)
@@ -266,7 +270,7 @@ class Trainer:
                     results.append(self._check(read_back(tf.stack(pending)), epoch))
                     pending = []
                 step = tf.constant(self.state.step, tf.int64)
-                pending.append(self.step_fn(batch, step, phase))
+                pending.append(self.step_fns[phase](batch, step))
                 self.state.step += 1
                 if broadcast_after_first:
                     dist.broadcast_state(self.model, self.optimizer, runtime)
