@@ -61,6 +61,32 @@ def test_two_ranks_with_global_batch_b_match_one_process(synthetic_split, tmp_pa
                                    err_msg=key)
 
 
+RECVAE = ["--kl-per-item", "0.005", "--composite-prior", "--alternate", "1",
+          "--encoder-layers", "3", "--implicit-slim-every", "2"]
+
+
+@pytest.mark.parametrize("shard", [False, True], ids=["replicated", "shard-items"])
+def test_every_training_option_on_two_ranks_matches_one_process(synthetic_split, tmp_path: Path,
+                                                                shard: bool) -> None:
+    """RecVAE's options and ImplicitSLIM's step together, on two ranks (with the items
+    sharded, its closed form by shard) as in one process: the same losses, validation and
+    exported model."""
+    split = synthetic_split(n_users=600, n_items=300, seed=0)
+    flags = ["--epochs", "2", *RECVAE]
+    code, out = finish(horovodrun(split, tmp_path / "two", *flags,
+                                  *(["--shard-items"] if shard else [])))
+    assert code == 0, out[-3000:]
+    assert main(["train", "--split", str(split), "--output", str(tmp_path / "one"), *flags,
+                 *FLAGS]) == 0
+    np.testing.assert_allclose(losses(tmp_path / "two"), losses(tmp_path / "one"), rtol=1e-4)
+    vals = [[json.loads(line)["val"]["ndcg_at_100"] for line in
+             (tmp_path / name / "train_log.jsonl").read_text().splitlines()]
+            for name in ("two", "one")]
+    np.testing.assert_allclose(vals[0], vals[1], rtol=1e-4)
+    assert main(["evaluate", "--split", str(split), "--model", str(tmp_path / "two"),
+                 "--output", str(tmp_path / "eval")]) == 0
+
+
 def rank_process(launcher: subprocess.Popen[str], rank: int) -> psutil.Process | None:
     for child in psutil.Process(launcher.pid).children(recursive=True):
         try:

@@ -43,6 +43,20 @@ def test_train_command_uses_flags_train_accepts(tmp_path: Path, changes: dict) -
         assert (args.epochs, args.steps_per_epoch) == (2, 3)
 
 
+def test_training_options_reach_train_as_its_flags(tmp_path: Path) -> None:
+    from vaecf.train.benchmark import TRAINING_OPTIONS
+
+    command = train_command(_config(training_options=tuple(TRAINING_OPTIONS)),
+                            tmp_path / "split", tmp_path / "run", "fp32", 1, 64)
+    args = build_parser("train").parse_args(command[command.index("train") + 1:])
+    assert (args.kl_per_item, args.composite_prior, args.alternate, args.encoder_layers,
+            args.implicit_slim_every) == (0.005, True, 3, 5, 1)
+    plain = build_parser("train").parse_args(
+        train_command(_config(), tmp_path / "s", tmp_path / "r", "fp32", 1, 64)[4:])
+    assert (plain.kl_per_item, plain.composite_prior, plain.alternate, plain.encoder_layers,
+            plain.implicit_slim_every) == (None, False, 0, 1, 0)
+
+
 @pytest.mark.parametrize(("batch", "rule", "lr"), [(4000, "none", 1e-3), (4000, "sqrt", 2.82843e-3),
                                                    (4000, "linear", 8e-3), (250, "linear", 5e-4)])
 def test_each_run_scales_its_learning_rate_with_the_global_batch(tmp_path: Path, batch: int,

@@ -57,9 +57,12 @@ def test_output_matches_the_contract(trained) -> None:
     assert set(record) == {"epoch", "step", "loss", "nll", "kl", "beta", "epoch_seconds",
                            "users_per_second", "input_seconds", "input_share",
                            "skipped_steps", "loss_scale", "precision", "world_size",
-                           "batch_size", "shard_items", "peak_rss_bytes", "val"}
+                           "batch_size", "shard_items", "peak_rss_bytes", "val",
+                           "val_stderr"}
     assert record["shard_items"] is False and len(record["peak_rss_bytes"]) == 1
-    assert set(record["val"]) == {"recall_at_20", "recall_at_50", "ndcg_at_100"}
+    assert set(record["val"]) == set(record["val_stderr"]) == {"recall_at_20", "recall_at_50",
+                                                               "ndcg_at_100"}
+    assert 0.0 < record["val_stderr"]["ndcg_at_100"] < 0.1
     assert record["loss_scale"] is None and record["precision"] == "fp32"
     train_users, n_items = load_split(split).train.shape
     assert record["step"] == -(-train_users // 100) and record["world_size"] == 1

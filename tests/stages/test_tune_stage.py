@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from functools import partial
 from pathlib import Path
@@ -17,17 +19,32 @@ assert_failed = partial(stage_checks.assert_failed, "tune")
 
 
 @pytest.fixture(scope="module")
-def tuned(synthetic_split, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    """(split, tune output): 3 of the space's 4 grid points, drawn with seed 5."""
+def tuned_run(synthetic_split, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """(split, tune output, its log): 3 of the space's 4 grid points, drawn with seed 5."""
     from vaecf.cli import main
 
     split = synthetic_split(n_users=600, n_items=300, seed=0)
     out = tmp_path_factory.mktemp("tune") / "tuned"
-    code = main(["tune", "--split", str(split), "--output", str(out), "--space",
-                 json.dumps(SPACE), "--trials", "3", "--seed", "5", "--batch-size", "100",
-                 "--baselines", "popularity"])
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        code = main(["tune", "--split", str(split), "--output", str(out), "--space",
+                     json.dumps(SPACE), "--trials", "3", "--seed", "5", "--batch-size", "100",
+                     "--baselines", "popularity"])
     assert code == 0
-    return split, out
+    return split, out, printed.getvalue()
+
+
+@pytest.fixture()
+def tuned(tuned_run):  # type: ignore[no-untyped-def]
+    return tuned_run[:2]
+
+
+def chosen(records: list[dict]) -> dict:
+    """The rule, restated: the highest val NDCG@100 unless a trial within its standard error
+    is simpler (here, the space varies only the epochs among options of simplicity)."""
+    top = max(records, key=lambda r: r["val"]["ndcg_at_100"])
+    close = [r for r in records if r["val"]["ndcg_at_100"]
+             >= top["val"]["ndcg_at_100"] - top["val_stderr"]["ndcg_at_100"]]
+    return min(close, key=lambda r: (r["params"]["epochs"], -r["val"]["ndcg_at_100"]))
 
 
 def read_trials(out: Path) -> list[dict]:
@@ -46,15 +63,38 @@ def test_every_trial_is_recorded_and_only_the_best_is_tested(tuned) -> None:
         assert {k: entry["params"][k] for k in trial} == trial  # what was searched
         assert entry["params"]["anneal_steps"] == model["parameters"]["anneal_steps"]
         assert entry["val"] == model["best_val"] and entry["best_epoch"] == model["best_epoch"]
-    best = max(records, key=lambda r: r["val"]["ndcg_at_100"])
+        assert entry["val_stderr"] == model["best_val_stderr"]
+        assert 0.0 < entry["val_stderr"]["ndcg_at_100"] < 0.1
+        assert entry["epochs"] == trial["epochs"] and 1 <= entry["best_epoch"] <= trial["epochs"]
+    best = chosen(records)
     assert [r["best"] for r in records] == [r is best for r in records]
     metrics = json.loads((out / "test" / "metrics.json").read_text())
-    assert metrics["subset"] == "test" and metrics["model"].endswith(best["model"])
+    # named where the model is published, not the staging folder it was read from
+    assert metrics["subset"] == "test" and metrics["model"] == f"{out}/{best['model']}"
+    evaluated = read_manifest(out / "test", "evaluate")
+    assert evaluated["inputs"]["model"] == f"{out}/{best['model']}"
+    assert (out / best["model"] / "saved_model").is_dir()
     assert set(metrics["baselines"]) == {"popularity"}
     manifest = read_manifest(out, "tune")
     assert manifest["best"]["trial"] == best["trial"]
     assert manifest["test"]["ndcg_at_100"] == metrics["ndcg_at_100"]
     assert not any(p.name.startswith("scratch") for p in out.parent.iterdir())
+
+
+def test_the_log_numbers_trials_from_0_writes_null_and_prints_the_baselines(tuned_run
+                                                                            ) -> None:
+    _, out, printed = tuned_run
+    best = next(r for r in read_trials(out) if r["best"])
+    assert "tune: trial 0 of trials 0-2 (trial-000)" in printed
+    assert "tune: trial 2 of trials 0-2 (trial-002)" in printed and "3/3" not in printed
+    assert "anneal_steps" not in printed or "None" not in printed
+    assert "chosen by validation NDCG@100, the simplest trial within one standard error" in (
+        printed)
+    assert f"tune: trial {best['trial']} on the test users: ndcg_at_100 " in printed
+    assert "tune: popularity on the same users: ndcg_at_100 " in printed
+    assert "(paired z " in printed and "--batch-users" not in printed
+    assert ".tune.staging" not in printed.split("evaluating it on the test users")[1]
+    assert "kept epoch" in printed and "of beta_cap 0.3" in printed
 
 
 def test_the_kfp_fan_in_picks_the_same_best_from_val_evaluations(tuned, cli, tmp_path: Path  # type: ignore[no-untyped-def]

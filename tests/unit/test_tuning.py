@@ -43,3 +43,49 @@ def test_the_best_is_the_highest_validation_ndcg_first_of_equals() -> None:
     records = [{"trial": i, "val": {"ndcg_at_100": v}} for i, v in enumerate([0.2, 0.3, 0.3])]
     assert mark_best(records)["trial"] == 1
     assert [r["best"] for r in records] == [False, True, False]
+
+
+def test_train_flags_and_descriptions_of_the_options() -> None:
+    from vaecf.tuning.space import describe
+
+    trial = load_space('{"composite_prior": [true, false], "kl_per_item": [null, 0.005], '
+                       '"alternate": [3], "anneal_steps": [null]}', "--space")
+    first, last = trials(trial, 4, seed=0)[0], trials(trial, 4, seed=0)[-1]
+    assert train_flags(first) == ["--composite-prior", "--alternate", "3"]
+    assert train_flags(last) == ["--kl-per-item", "0.005", "--alternate", "3"]
+    assert describe(first) == ("composite_prior=true, kl_per_item=null, alternate=3, "
+                               "anneal_steps=null")
+    with pytest.raises(VaecfError, match="composite_prior 1: expected true or false"):
+        load_space('{"composite_prior": [1]}', "--space")
+
+
+def record(trial: int, ndcg: float, stderr: float | None, **params: object) -> dict:
+    return {"trial": trial, "val": {"ndcg_at_100": ndcg},
+            "val_stderr": {"ndcg_at_100": stderr}, "params": {"epochs": 50} | params}
+
+
+def test_a_lead_within_one_standard_error_goes_to_the_simpler_trial() -> None:
+    records = [record(0, 0.300, 0.01, composite_prior=True),
+               record(1, 0.295, 0.01),  # within noise of trial 0 and simpler: chosen
+               record(2, 0.285, 0.01, epochs=20),  # simpler still, but not within noise
+               record(3, 0.296, 0.01, alternate=3)]
+    assert mark_best(records)["trial"] == 1
+    records[0]["val"]["ndcg_at_100"] = 0.320  # a lead beyond noise keeps the complex trial
+    assert mark_best(records)["trial"] == 0
+    records = [record(0, 0.300, None, alternate=3), record(1, 0.299, None)]
+    assert mark_best(records)["trial"] == 0  # no standard error recorded: the highest
+
+
+def test_the_kl_weight_of_the_kept_epoch() -> None:
+    from vaecf.tuning.trials import beta_at_best_epoch
+
+    manifest = {"parameters": {"beta_cap": 0.2, "anneal_steps": 999, "kl_per_item": None},
+                "counts": {"epochs": 100, "steps": 1000}, "best_epoch": 19}
+    assert beta_at_best_epoch(manifest) == pytest.approx(189 / 999)  # a fifth of the cap
+    manifest["best_epoch"] = 100
+    assert beta_at_best_epoch(manifest) == 0.2
+    manifest["parameters"]["anneal_steps"] = 0
+    manifest["best_epoch"] = 1
+    assert beta_at_best_epoch(manifest) == 0.2
+    manifest["parameters"]["kl_per_item"] = 0.005
+    assert beta_at_best_epoch(manifest) is None

@@ -29,8 +29,12 @@ def add_bias(x: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
 
 
 def _initializers(seed: int, layer: int) -> dict[str, keras.initializers.Initializer]:
-    """Paper initialisation, seeded per layer so every Horovod rank starts identical."""
-    base = seed * 8 + 2 * layer
+    """Paper initialisation, seeded per layer so every Horovod rank starts identical.
+
+    Layers 0-3 are Mult-VAE's (their seeds as ever); the deep encoder's (4 and up) draw from
+    a range of seeds no (seed, layer < 4) pair reaches.
+    """
+    base = seed * 8 + 2 * layer if layer < 4 else (1 << 30) + seed * 256 + 2 * layer
     return {"kernel_initializer": keras.initializers.GlorotUniform(seed=base),
             "bias_initializer": keras.initializers.TruncatedNormal(stddev=0.001,
                                                                    seed=base + 1)}
@@ -110,14 +114,16 @@ class SparseDense(keras.layers.Layer):
 
     Args:
       form: one of ``FIRST_LAYER_FORMS`` (``first_layer_form`` picks it for the host).
+      activation: "tanh" (Mult-VAE) or "silu" (swish: the deep encoder's first layer).
     """
 
     def __init__(self, items: ItemRange, units: int, seed: int, form: str = "halves",
-                 **kwargs: object) -> None:
+                 activation: str = "tanh", **kwargs: object) -> None:
         super().__init__(dtype="float32", **kwargs)
         if form not in FIRST_LAYER_FORMS:
             raise ValueError(f"first layer form {form!r}: expected one of {FIRST_LAYER_FORMS}")
         self.form = form
+        self.activation = keras.activations.get(activation)
         limit = _glorot_limit(items.total, units)
         self.kernel = self.add_weight(shape=(items.held, units), name="kernel",
                                       initializer=ItemDraw(seed, 0, items.first, 0, limit))
@@ -128,7 +134,7 @@ class SparseDense(keras.layers.Layer):
                 shard: item_shard.ItemShard) -> tf.Tensor:
         """The layer's output [users, hidden] when its rows are sharded by item."""
         product = item_shard.first_layer(entries, self.kernel.value, users, shard)
-        return tf.tanh(product + self.bias.value)
+        return self.activation(product + self.bias.value)
 
     def shared(self, batch: SparseBatch, values: tf.Tensor, users: tf.Tensor,
                shard: item_shard.ItemShard) -> tf.Tensor:
@@ -136,7 +142,16 @@ class SparseDense(keras.layers.Layer):
         sharded by item."""
         entries = loss.Entries.of(batch, shard.first)._replace(values=values)
         product = item_shard.shared_first_layer(entries, self.kernel.value, users, shard)
-        return tf.tanh(product + self.bias.value)
+        return self.activation(product + self.bias.value)
+
+    def global_batch(self, entries: loss.Entries, users: tf.Tensor,
+                     shard: item_shard.ItemShard) -> tf.Tensor:
+        """This rank's users' output [users, hidden] from the global batch's ``entries``
+        (``item_shard.global_entries``), without a gradient: the frozen copy of the encoder
+        (``--composite-prior``) under ``--shard-items``."""
+        product = item_shard.shared_first_layer(entries, self.kernel.value, users * shard.size,
+                                                shard)
+        return self.activation(shard.own(product, users) + self.bias.value)
 
     def call(self, batch: SparseBatch, values: tf.Tensor, users: tf.Tensor) -> tf.Tensor:
         """[users, units] from ``batch``'s entries weighted by ``values`` (float32 [nnz]).
@@ -162,7 +177,7 @@ class SparseDense(keras.layers.Layer):
             parts = [tf.SparseTensor(index[:half], values[:half], shape),
                      tf.SparseTensor(index[half:], values[half:], shape)]
             product = tf.add_n([tf.sparse.sparse_dense_matmul(part, kernel) for part in parts])
-        return tf.tanh(product + self.bias.value)
+        return self.activation(product + self.bias.value)
 
 
 class Affine(keras.layers.Layer):

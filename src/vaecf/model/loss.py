@@ -7,6 +7,7 @@ likelihood without holding the [users, items] logits (millions of items).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -214,6 +215,35 @@ def _chunked_nll(hidden: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor, entries:
 def gaussian_kl(mu: tf.Tensor, logvar: tf.Tensor) -> tf.Tensor:
     """Per-user KL(N(mu, exp(logvar)) || N(0, I)) = 0.5 sum(exp(lv) + mu^2 - 1 - lv), [users]."""
     return 0.5 * tf.reduce_sum(tf.exp(logvar) + tf.square(mu) - 1.0 - logvar, axis=1)
+
+
+# RecVAE's composite prior: mixture weights of N(0, I), the previous posterior and a wide
+# normal, and the wide normal's log-variance (Shenbin et al., WSDM 2020, and their code).
+PRIOR_WEIGHTS = (3 / 20, 3 / 4, 1 / 10)
+WIDE_LOGVAR = 10.0
+
+
+def _log_normal(z: tf.Tensor, mu: tf.Tensor | float, logvar: tf.Tensor | float) -> tf.Tensor:
+    """Elementwise log N(z; mu, exp(logvar))."""
+    return -0.5 * (logvar + math.log(2.0 * math.pi) + tf.square(z - mu) * tf.exp(-logvar))
+
+
+def composite_kl(z: tf.Tensor, mu: tf.Tensor, logvar: tf.Tensor, old_mu: tf.Tensor,
+                 old_logvar: tf.Tensor) -> tf.Tensor:
+    """Per-user one-sample KL estimate against the composite prior, float32 [users].
+
+    ``sum_d log N(z_d; mu_d, e^lv_d) - log(w0 N(z_d; 0, 1) + w1 N(z_d; old_mu_d, e^old_lv_d)
+    + w2 N(z_d; 0, e^10))``, the mixture per latent dimension (``PRIOR_WEIGHTS``).
+
+    Args:
+      z: [users, latent], the sampled code; mu, logvar: its posterior's statistics.
+      old_mu, old_logvar: [users, latent], the previous posterior (no gradient).
+    """
+    components = [_log_normal(z, 0.0, 0.0), _log_normal(z, old_mu, old_logvar),
+                  _log_normal(z, 0.0, WIDE_LOGVAR)]
+    prior = tf.reduce_logsumexp(tf.stack([c + math.log(w) for c, w in
+                                          zip(components, PRIOR_WEIGHTS, strict=True)], -1), -1)
+    return tf.reduce_sum(_log_normal(z, mu, logvar) - prior, axis=1)
 
 
 def beta_at(step: tf.Tensor | int, cap: float, anneal_steps: int) -> tf.Tensor:

@@ -7,6 +7,7 @@ test users judge one model, never the choice among many.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from vaecf.report import plots
@@ -28,20 +29,37 @@ def analyse(trials: list[dict[str, Any]]) -> dict[str, Any]:
 def verdict(tuning: dict[str, Any]) -> list[str]:
     best, trials = tuning["best"], tuning["trials"]
     values = [t["val"][OBJECTIVE] for t in trials]
-    settings = ", ".join(f"{k} {best['params'].get(k)}" for k in tuning["searched"])
+    settings = ", ".join(f"{k} {json.dumps(best['params'].get(k))}" for k in tuning["searched"])
     return [f"Tuning: the best of {len(trials)} trials by validation NDCG@100 is trial "
-            f"{best.get('trial')} ({settings or 'no setting varied'}): {fmt(max(values))}, "
-            f"the worst {fmt(min(values))}; only the best was evaluated on the test users."]
+            f"{best.get('trial')} ({settings or 'no setting varied'}): "
+            f"{_with_error(best, OBJECTIVE)}; the highest {fmt(max(values))}, the worst "
+            f"{fmt(min(values))} (chosen: the simplest trial within one standard error of the "
+            "highest); only the chosen trial was evaluated on the test users."]
+
+
+def _with_error(trial: dict[str, Any], key: str) -> str:
+    error = (trial.get("val_stderr") or {}).get(key)
+    return fmt(trial["val"][key]) + ("" if error is None else f" ± {fmt(error)}")
+
+
+def _kept(trial: dict[str, Any]) -> str:
+    """The kept (exported) epoch of the trial's epochs, and the KL weight it trained with."""
+    epochs = f" of {trial['epochs']}" if trial.get("epochs") else ""
+    beta = trial.get("beta_at_best_epoch")
+    return (f"{trial.get('best_epoch')}{epochs}"
+            + ("" if beta is None else f" (beta {beta:.3g})"))
 
 
 def section(tuning: dict[str, Any]) -> Section:
-    """A row per trial (searched settings, validation metrics) and a bar per trial."""
+    """A row per trial (searched settings, validation metrics with their standard errors,
+    the kept epoch and its KL weight) and a bar per trial."""
     searched, trials = tuning["searched"], tuning["trials"]
     rows = [[str(t.get("trial")) + (" (best)" if t is tuning["best"] else ""),
-             *[str(t["params"].get(k)) for k in searched],
-             *[fmt(t["val"][k]) for k in VAL_KEYS], str(t.get("best_epoch"))]
+             *[json.dumps(t["params"].get(k)) for k in searched],
+             *[_with_error(t, k) for k in VAL_KEYS], _kept(t)]
             for t in trials]
-    table = Table(["trial", *searched, *[LABELS[k] for k in VAL_KEYS], "best epoch"], rows)
+    table = Table(["trial", *searched, *[LABELS[k] for k in VAL_KEYS],
+                   "kept epoch (beta there)"], rows)
     labels = [str(t.get("trial")) for t in trials]
     png = plots.bars("Validation NDCG@100 per trial", "NDCG@100", labels,
                      [t["val"][OBJECTIVE] for t in trials])

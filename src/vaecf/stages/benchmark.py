@@ -17,7 +17,7 @@ from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, publish, write_manifest
 from vaecf.io.roles import Role
 from vaecf.stages import location, new_parser, run_stage, seed
-from vaecf.train.benchmark import DEFAULT_HIDDEN, DEFAULT_LATENT
+from vaecf.train.benchmark import DEFAULT_HIDDEN, DEFAULT_LATENT, TRAINING_OPTIONS
 from vaecf.train.scaling import LR_RULES
 
 STAGE = "benchmark"
@@ -71,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="every run's hidden layer width (train --hidden)")
     parser.add_argument("--latent", type=_positive, default=DEFAULT_LATENT,
                         help="every run's latent dimension (train --latent)")
+    parser.add_argument("--training-options", nargs="+", choices=list(TRAINING_OPTIONS),
+                        default=[], metavar="OPTION", help="every run with these of RecVAE's "
+                        "options and ImplicitSLIM's step, at their published settings: "
+                        + ", ".join(f"{name} ({' '.join(flags)})"
+                                    for name, flags in TRAINING_OPTIONS.items()))
     parser.add_argument("--item-layouts", nargs="+", choices=("whole", "sharded"),
                         default=["whole"], help="item layers whole on every rank, and/or "
                         "sharded over the ranks (train --shard-items; world sizes >= 2)")
@@ -91,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed, xla=args.xla, lr_scalings=tuple(dict.fromkeys(args.lr_scaling)),
             shard_items=tuple(dict.fromkeys(layout == "sharded"
                                             for layout in args.item_layouts)),
-            hidden=args.hidden, latent=args.latent)
+            hidden=args.hidden, latent=args.latent,
+            training_options=tuple(dict.fromkeys(args.training_options)))
         with publish(args.output, manifest_name(STAGE), [args.split]) as staging:
             result = run_benchmark(config, staging)
             if not any(run["status"] == "ok" for run in result["runs"]):

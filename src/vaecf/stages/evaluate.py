@@ -57,6 +57,9 @@ class EvaluateConfig:
     export_top_k: int | None
     baselines: tuple[str, ...]
     ease_lambda: float
+    # How metrics.json and the manifest name the model, where ``model`` is read from a
+    # staging folder that will be published elsewhere (``vaecf tune``); None: ``model``.
+    model_name: str | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,13 +132,14 @@ def run(config: EvaluateConfig, in_process: bool = False) -> dict[str, object]:
                 results[name] = evaluate(scorer, fold_in, holdout,
                                          batch_users=config.batch_users, top_k=top_k)
         main = results[config.model]
-        timing = _timing(before, load, main)
+        timing = _timing(before, load, main, suggest_flags=not in_process)
         metrics = _metrics_json(config, split, main, results, timing)
         (output / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True)
                                              + "\n")
         if main.top_k is not None:
             save_parquet(output / "top_k.parquet", _top_k_table(split, config.subset, main.top_k))
-        write_manifest(output, STAGE, inputs={"split": config.split, "model": config.model},
+        write_manifest(output, STAGE, inputs={"split": config.split,
+                                              "model": config.model_name or config.model},
                        parameters=_parameters(config),
                        counts={"users_evaluated": main.users_evaluated,
                                "users_skipped": main.users_skipped, "n_items": split.n_items},
@@ -159,9 +163,11 @@ def _process_seconds() -> float:
         return 0.0
 
 
-def _timing(before: float, load: float, main: Evaluation) -> dict[str, object]:
+def _timing(before: float, load: float, main: Evaluation,
+            suggest_flags: bool = True) -> dict[str, object]:
     """Start-up, steady chunks and a partial last chunk apart (seconds; not reproducible, like
-    the rate)."""
+    the rate). ``suggest_flags`` False: called by another stage, whose user cannot pass
+    ``vaecf evaluate``'s flags."""
     steady = main.steady_chunks
     rate = main.users_per_second
     last = main.chunk_seconds[-1] if len(main.chunk_seconds) > 1 else 0.0
@@ -178,10 +184,10 @@ def _timing(before: float, load: float, main: Evaluation) -> dict[str, object]:
             "partial_chunk_users": partial_users if partial else 0,
             "partial_chunk_seconds": round(last, 3) if partial else 0.0,
             "users_per_second": None if rate is None else round(rate, 1),
-            "steady_rate": _steady_rate(main)}
+            "steady_rate": _steady_rate(main, suggest_flags)}
 
 
-def _steady_rate(main: Evaluation) -> str:
+def _steady_rate(main: Evaluation, suggest_flags: bool = True) -> str:
     """What ``users_per_second`` was made of, or why there is none, in words."""
     chunks = f"chunks of {main.batch_users:,} users"
     steady = len(main.steady_chunks)
@@ -189,14 +195,15 @@ def _steady_rate(main: Evaluation) -> str:
         return (f"{steady} whole chunk{'s' if steady > 1 else ''} of {main.batch_users:,} "
                 "users after the first (start-up and a partial last chunk left out)")
     return (f"none: {main.users_evaluated:,} users make no whole chunk after the first in "
-            f"{chunks}; evaluate more users or pass a smaller --batch-users")
+            f"{chunks}" + ("; evaluate more users or pass a smaller --batch-users"
+                           if suggest_flags else ""))
 
 
 def _parameters(config: EvaluateConfig) -> dict[str, object]:
     """The flags that shape the result (inputs and output are recorded elsewhere)."""
     chosen = asdict(config) | {"baselines": list(config.baselines)}
     return {key: value for key, value in chosen.items()
-            if key not in ("split", "model", "output")}
+            if key not in ("split", "model", "output", "model_name")}
 
 
 def _scorer(name: str, split: Split, config: EvaluateConfig, stack: ExitStack) -> ScoreBatch:
@@ -211,7 +218,8 @@ def _scorer(name: str, split: Split, config: EvaluateConfig, stack: ExitStack) -
 def _metrics_json(config: EvaluateConfig, split: Split, main: Evaluation,
                   results: dict[str, Evaluation], timing: dict[str, object]
                   ) -> dict[str, object]:
-    metrics: dict[str, object] = {"subset": config.subset, "model": config.model,
+    metrics: dict[str, object] = {"subset": config.subset,
+                                  "model": config.model_name or config.model,
                                   **main.summary(),
                                   "users_per_second": timing["users_per_second"],
                                   "device": main.device, "n_items": split.n_items,

@@ -89,6 +89,30 @@ def build_parser() -> argparse.ArgumentParser:
         "hosts")
     add("--compression", choices=COMPRESSIONS, default="none", help="fp16: allreduce the "
         "gradients as float16 (half the bytes between hosts; under horovodrun)")
+    recvae = parser.add_argument_group(
+        "RecVAE and ImplicitSLIM options (each off by default: Mult-VAE as published)")
+    recvae.add_argument("--kl-per-item", type=finite_positive, metavar="GAMMA",
+                        help="each user's KL weight is GAMMA x the user's item count, no "
+                        "annealing (RecVAE: 0.005; --beta-cap and --anneal-steps unused)")
+    recvae.add_argument("--composite-prior", action="store_true", help="KL against a "
+                        "mixture of N(0, I), the previous epoch's posterior (a frozen copy "
+                        "of the encoder) and a wide normal")
+    recvae.add_argument("--alternate", type=_non_negative, default=0, metavar="N",
+                        help="each epoch: N encoder-only passes with input dropout, then one "
+                        "decoder-only pass without (RecVAE: 3; 0: joint updates)")
+    recvae.add_argument("--encoder-layers", type=_positive, default=1, metavar="N",
+                        help="N > 1: RecVAE's encoder, N dense layers with LayerNorm and "
+                        "swish, each fed the sum of the earlier ones (RecVAE: 5)")
+    recvae.add_argument("--implicit-slim-every", type=_non_negative, default=0, metavar="N",
+                        help="before every N-th epoch, set the item embeddings of the first "
+                        "layer and the decoder from ImplicitSLIM's closed form (0: never)")
+    recvae.add_argument("--implicit-slim-lambda", type=finite_positive, default=500.0,
+                        help="ImplicitSLIM's ridge penalty")
+    recvae.add_argument("--implicit-slim-alpha", type=finite_positive, default=1.0,
+                        help="ImplicitSLIM's scale of the embedding update")
+    recvae.add_argument("--implicit-slim-threshold", type=_non_negative, default=10,
+                        metavar="USERS", help="items with fewer training users have no say "
+                        "in ImplicitSLIM's embeddings")
     location(parser, "--tensorboard-dir", Role.TENSORBOARD, help="rank 0 writes TensorBoard "
              "event files here (local or s3://; a new or empty folder, or this flag's earlier "
              "one): loss, NLL, KL, beta, validation metrics, users/s, input share per epoch")
@@ -112,7 +136,13 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         checkpoint_every=args.checkpoint_every, steps_per_epoch=args.steps_per_epoch,
         expect_world_size=args.expect_world_size, expect_hosts=args.expect_hosts,
         compression=args.compression, tensorboard_dir=args.tensorboard_dir,
-        item_chunk=args.item_chunk, shard_items=args.shard_items)
+        item_chunk=args.item_chunk, shard_items=args.shard_items,
+        kl_per_item=args.kl_per_item, composite_prior=args.composite_prior,
+        alternate=args.alternate, encoder_layers=args.encoder_layers,
+        implicit_slim_every=args.implicit_slim_every,
+        implicit_slim_lambda=args.implicit_slim_lambda,
+        implicit_slim_alpha=args.implicit_slim_alpha,
+        implicit_slim_threshold=args.implicit_slim_threshold)
 
 
 def _body(args: argparse.Namespace) -> None:

@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     location(parser, "--space", Role.INPUT_FILE, prefix="@", default=json.dumps(DEFAULT_SPACE),
              metavar="JSON", help="hyperparameter -> list of values, JSON or @file.json (keys: "
              "beta_cap, anneal_steps (null: train's default schedule), learning_rate, dropout, "
-             "epochs, hidden, latent)")
+             "epochs, hidden, latent, and RecVAE's options: kl_per_item (null: off), "
+             "composite_prior (true/false), alternate, encoder_layers, implicit_slim_every)")
     add("--trials", type=int, default=8, help="trials: the whole grid if it has at most "
         "this many points, else a random sample of it drawn with --seed")
     add("--seed", type=seed, default=0, help="seed of the sample and of every trial's training")
@@ -129,9 +130,15 @@ def run(args: argparse.Namespace) -> None:
                                  stack.enter_context(scratch(staging)), chosen, base)
         best = mark_best(records)
         log.info(f"tune: best of {len(records)} trials is trial {best['trial']} (val "
-                 f"{OBJECTIVE} {best['val'][OBJECTIVE]:.4f}); evaluating it on the test users")
-        model = str(staging / best["model"]) if not collecting else best["model"]
-        test = _evaluate_test(args, model, staging / "test")
+                 f"{OBJECTIVE} {_with_error(best['val'], best.get('val_stderr'))}; "
+                 f"{CHOICE_RULE}); evaluating it on the test users")
+        # Local trials are read from the staging folder and named where they are published.
+        model, name = ((str(staging / best["model"]),
+                        f"{args.output.rstrip('/')}/{best['model']}") if not collecting
+                       else (best["model"], best["model"]))
+        test = _evaluate_test(args, model, name, staging / "test")
+        for line in result_lines(best, test):
+            log.info(line)
         write_trials(staging / "trials.jsonl", records)
         write_manifest(staging, STAGE, inputs={"split": args.split,
                                                "models": args.collect_models or [],
@@ -143,14 +150,43 @@ def run(args: argparse.Namespace) -> None:
                        extra={"best": best, "test": {k: test[k] for k in VAL_KEYS}})
 
 
-def _evaluate_test(args: argparse.Namespace, model: str, output: Path) -> dict[str, Any]:
-    """The best trial on the test users, once, through ``vaecf evaluate``'s own code."""
+CHOICE_RULE = ("chosen by validation NDCG@100, the simplest trial within one standard error "
+               "of the highest")
+
+
+def _with_error(values: dict[str, float], errors: dict[str, Any] | None,
+                key: str = OBJECTIVE) -> str:
+    error = (errors or {}).get(key)
+    return f"{values[key]:.4f}" + (f" +- {error:.4f}" if isinstance(error, float) else "")
+
+
+def result_lines(best: dict[str, Any], test: dict[str, Any]) -> list[str]:
+    """The best trial's test metrics, each baseline's and the paired z against them."""
+    def metrics(values: dict[str, Any]) -> str:
+        return ", ".join(f"{key} {values[key]['mean']:.4f} +- {values[key]['stderr']:.4f}"
+                         for key in VAL_KEYS)
+
+    lines = [f"tune: trial {best['trial']} on the test users: {metrics(test)}"]
+    for name, values in (test.get("baselines") or {}).items():
+        paired = values["paired"][OBJECTIVE]
+        z = "undefined" if paired["z"] is None else f"{paired['z']:+.1f}"
+        lines.append(f"tune: {name} on the same users: {metrics(values)}; trial "
+                     f"{best['trial']} minus {name}: {OBJECTIVE} {paired['delta']:+.4f} "
+                     f"(paired z {z})")
+    return lines
+
+
+def _evaluate_test(args: argparse.Namespace, model: str, name: str,
+                   output: Path) -> dict[str, Any]:
+    """The best trial on the test users, once, through ``vaecf evaluate``'s own code;
+    ``name`` is where the model will be once published."""
     from vaecf.stages.evaluate import EvaluateConfig
     from vaecf.stages.evaluate import run as evaluate
 
     return evaluate(EvaluateConfig(split=args.split, model=model, output=str(output),
                                    subset="test", batch_users=4096, export_top_k=None,
-                                   baselines=tuple(args.baselines), ease_lambda=DEFAULT_LAMBDA),
+                                   baselines=tuple(args.baselines), ease_lambda=DEFAULT_LAMBDA,
+                                   model_name=name),
                     in_process=True)
 
 

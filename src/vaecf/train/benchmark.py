@@ -56,6 +56,16 @@ class BenchmarkConfig:
     shard_items: tuple[bool, ...] = (False,)  # runs without and/or with --shard-items
     hidden: int = DEFAULT_HIDDEN  # the model's width (train --hidden, --latent)
     latent: int = DEFAULT_LATENT
+    training_options: tuple[str, ...] = ()  # names of ``TRAINING_OPTIONS``, in every run
+
+
+# RecVAE's options and ImplicitSLIM's step as ``vaecf benchmark --training-options`` names
+# them, at their authors' settings: what one of them costs per step is a benchmark with it
+# against one without (an epoch of --alternate 3 is 4 passes: users/s counts every pass).
+TRAINING_OPTIONS: dict[str, tuple[str, ...]] = {
+    "kl-per-item": ("--kl-per-item", "0.005"), "composite-prior": ("--composite-prior",),
+    "alternate": ("--alternate", "3"), "encoder-layers": ("--encoder-layers", "5"),
+    "implicit-slim": ("--implicit-slim-every", "1")}
 
 
 def split_shape(directory: Path, synthetic: bool) -> dict[str, Any]:
@@ -85,6 +95,8 @@ def train_command(config: BenchmarkConfig, split_dir: Path, run_dir: Path, preci
                str(scaled_learning_rate(batch_size, lr_scaling)),
                "--validate-every", "1" if config.target_ndcg is not None else str(epochs),
                "--hidden", str(config.hidden), "--latent", str(config.latent)]
+    for option in config.training_options:
+        command += TRAINING_OPTIONS[option]
     if config.steps:
         command += ["--steps-per-epoch", str(config.steps)]
     if config.xla:

@@ -11,7 +11,8 @@ DEFAULT_BATCH_SIZE = 500
 
 # Parameters that fix the shapes or the arithmetic of the checkpointed state: a checkpoint
 # written with other values cannot be resumed.
-STATE_PARAMETERS = ("hidden", "latent", "precision", "seed", "batch_size")
+STATE_PARAMETERS = ("hidden", "latent", "precision", "seed", "batch_size", "encoder_layers",
+                    "composite_prior")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,23 @@ class TrainConfig:
         logits at once; None: chosen by size, ``vaecf.model.choose_item_chunk``).
       shard_items: split the item layers (and their Adam moments) over the ranks
         (``vaecf.model.shard``); checkpoints are written by shard.
+
+    RecVAE's training options (Shenbin et al., WSDM 2020) and ImplicitSLIM (ICLR 2024), each
+    off by default, where the model and the step are exactly Mult-VAE's:
+
+    Attributes:
+      kl_per_item: gamma: each user's KL weight is gamma times the user's item count, with no
+        annealing (``beta_cap`` and ``anneal_steps`` then unused). None: beta for everyone.
+      composite_prior: the KL term against a mixture of N(0, I), the previous posterior (a
+        frozen copy of the encoder, updated every epoch) and a wide normal.
+      alternate: N > 0: each epoch is N encoder-only passes with input dropout, then one
+        decoder-only pass without (the frozen encoder is updated in between). 0: joint.
+      encoder_layers: 1: Mult-VAE's encoder; N > 1: RecVAE's N dense + LayerNorm + swish
+        layers, each fed the sum of the earlier ones.
+      implicit_slim_every: N > 0: before every N-th epoch, set the two item embeddings from
+        ImplicitSLIM's closed form (``vaecf.model.implicit_slim``), with its ridge penalty
+        ``implicit_slim_lambda``, scale ``implicit_slim_alpha`` and the item count below
+        which an item has no say, ``implicit_slim_threshold``. 0: never.
     """
 
     split: str
@@ -73,6 +91,19 @@ class TrainConfig:
     tensorboard_dir: str | None = None
     item_chunk: int | None = None
     shard_items: bool = False
+    kl_per_item: float | None = None
+    composite_prior: bool = False
+    alternate: int = 0
+    encoder_layers: int = 1
+    implicit_slim_every: int = 0
+    implicit_slim_lambda: float = 500.0
+    implicit_slim_alpha: float = 1.0
+    implicit_slim_threshold: int = 10
+
+    @property
+    def passes(self) -> tuple[str, ...]:
+        """The phase of each pass over the training users in one epoch (``MultVAE.PHASES``)."""
+        return ("encoder",) * self.alternate + ("decoder",) if self.alternate else ("joint",)
 
     @property
     def keras_policy(self) -> str:
@@ -92,7 +123,7 @@ class TrainConfig:
         """
         if self.anneal_steps is not None:
             return self
-        last = self.epochs * steps_per_epoch - 1
+        last = self.epochs * len(self.passes) * steps_per_epoch - 1
         return replace(self, anneal_steps=int(last / self.beta_cap) if self.beta_cap > 0 else 0)
 
     def parameters(self) -> dict[str, Any]:

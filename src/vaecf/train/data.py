@@ -53,9 +53,14 @@ def epoch_users(n_users: int, *, seed: int, epoch: int, steps: int, batch_size: 
 
 
 def all_ranks_users(n_users: int, *, seed: int, epoch: int, steps: int, batch_size: int,
-                    world_size: int) -> np.ndarray:
-    """Every rank's ``epoch_users``: int64 [steps, W, B / W] (each rank can compute all)."""
-    order = np.random.default_rng([seed, epoch]).permutation(n_users)
+                    world_size: int, pass_index: int = 0) -> np.ndarray:
+    """Every rank's ``epoch_users``: int64 [steps, W, B / W] (each rank can compute all).
+
+    ``pass_index``: the pass within the epoch (``--alternate`` makes several), each its own
+    permutation; pass 0 is the epoch's one permutation of a joint epoch.
+    """
+    key = [seed, epoch] if pass_index == 0 else [seed, epoch, pass_index]
+    order = np.random.default_rng(key).permutation(n_users)
     positions = np.resize(order, steps * batch_size)  # cyclic: the last batch wraps around
     return positions.reshape(steps, world_size, batch_size // world_size).astype(np.int64)
 

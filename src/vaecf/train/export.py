@@ -162,10 +162,13 @@ def item_id_text(item_ids: np.ndarray) -> np.ndarray:
 
 
 def export(weights: list[np.ndarray], *, n_items: int, hidden: int, latent: int,
-           path: Path, item_ids: np.ndarray, train: sp.csr_matrix) -> None:
-    """Write a float32 SavedModel of ``weights`` (in ``MultVAE.weights`` order) to ``path``.
+           path: Path, item_ids: np.ndarray, train: sp.csr_matrix,
+           encoder_layers: int = 1) -> None:
+    """Write a float32 SavedModel of ``weights`` (in ``MultVAE.weights`` order, without a
+    composite prior's frozen encoder) to ``path``.
 
     Args:
+      encoder_layers: the encoder's depth (``MultVAE``); the signatures are the same.
       item_ids: (n_items,) raw id of each item_idx (the split's ``item_index.parquet``).
       train: (users, n_items) training matrix; its column counts are the popularity fallback.
     """
@@ -173,7 +176,8 @@ def export(weights: list[np.ndarray], *, n_items: int, hidden: int, latent: int,
     if text.size != n_items or len(set(text)) != n_items:
         raise ValueError(f"item ids: expected {n_items} distinct ids, got {text.size} "
                          f"({len(set(text))} distinct)")
-    model = MultVAE(n_items, hidden=hidden, latent=latent, dropout=0.0, policy="float32")
+    model = MultVAE(n_items, hidden=hidden, latent=latent, dropout=0.0, policy="float32",
+                    encoder_layers=encoder_layers)
     model.build_variables()
     model.set_weights(weights)
     popularity = Popularity(train).counts  # training users per item

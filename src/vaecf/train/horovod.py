@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from vaecf import log
 from vaecf.errors import VaecfError
-from vaecf.model import MultVAE, SparseBatch, beta_at, gaussian_kl
+from vaecf.model import MultVAE, SparseBatch, beta_at
 from vaecf.model.shard import Collectives, ItemShard, shard_width
 from vaecf.train import devices
 from vaecf.train.config import TrainConfig
@@ -104,10 +104,28 @@ def make_optimizer(config: TrainConfig) -> keras.optimizers.Optimizer:
 StepFn = Callable[[SparseBatch, tf.Tensor], tf.Tensor]
 
 
+def kl_weight(batch: SparseBatch, step_idx: tf.Tensor, config: TrainConfig) -> tf.Tensor:
+    """The KL weight, float32: annealed beta (a scalar), or with ``--kl-per-item`` RecVAE's
+    gamma times each user's item count ([users]; the padding entries have value 0)."""
+    if config.kl_per_item is None:
+        assert config.anneal_steps is not None
+        return beta_at(step_idx, config.beta_cap, config.anneal_steps)
+    counts = tf.math.unsorted_segment_sum(batch.values, batch.rows,
+                                          tf.shape(batch.user_idx)[0])
+    return config.kl_per_item * counts
+
+
 def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
-                    config: TrainConfig, runtime: Runtime) -> StepFn:
+                    config: TrainConfig, runtime: Runtime, phase: str = "joint") -> StepFn:
     """One data-parallel update: (batch, step) -> float32 [5], the averaged [loss, nll, kl,
     beta] and 1 if the optimizer skipped the step (float16 gradients overflowed), else 0.
+    ``beta`` is the batch's mean KL weight under ``--kl-per-item``.
+
+    ``phase`` (``MultVAE.PHASES``): "joint" updates every variable; "encoder" only the
+    encoder's, "decoder" only the decoder's with no input dropout (``--alternate``: the
+    trainer makes one step per phase, the same code). One optimizer serves every phase (its
+    step count is shared: Adam's bias correction differs from RecVAE's two optimizers for the
+    first few hundred steps only).
 
     The step returns device tensors and never waits for the device: the caller reads them
     back in blocks (``trainer.READ_EVERY``).
@@ -115,23 +133,27 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
     hvd, size = runtime.hvd, runtime.size
     if config.anneal_steps is None:
         raise ValueError("anneal_steps unset: pass config.resolved(steps_per_epoch)")
-    anneal_steps = config.anneal_steps
     scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-    variables = model.trainable_variables
+
+    variables = model.phase_variables(phase)
 
     def gradients(batch: SparseBatch, step_idx: tf.Tensor) -> tuple[tf.Tensor, list]:
-        beta = beta_at(step_idx, config.beta_cap, anneal_steps)
+        beta = kl_weight(batch, step_idx, config)
         with tf.GradientTape() as tape:  # Horovod: plain tape (Keras 3 breaks the wrapper)
-            nll, mu, logvar = model.likelihood(batch, training=True, step=step_idx)
+            nll, mu, logvar = model.likelihood(batch, training=True, step=step_idx,
+                                               drop=phase != "decoder")
             nll = tf.reduce_mean(nll)
-            kl = tf.reduce_mean(gaussian_kl(mu, logvar))
+            kl_u = model.kl(batch, mu, logvar, step_idx)
+            kl = tf.reduce_mean(kl_u)
             penalty = model.penalty(config.l2)
-            loss = nll + beta * kl + penalty
+            weighted = beta * kl if beta.shape.rank == 0 else tf.reduce_mean(beta * kl_u)
+            loss = nll + weighted + penalty
             scaled = optimizer.scale_loss(loss) if scaling else loss  # Horovod: fp16 scale
         # Dense gradients (the gather of the --xla first layer gives IndexedSlices): the fused
         # Adam update and the allreduce take one dense tensor per variable.
         grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, variables)]
-        return tf.stack([loss, nll, kl, beta]), grads
+        mean_beta = beta if beta.shape.rank == 0 else tf.reduce_mean(beta)
+        return tf.stack([loss, nll, kl, mean_beta]), grads
 
     def apply(grads: list) -> tf.Tensor:
         skipped = tf.constant(0.0)
@@ -243,7 +265,7 @@ def replicated_variables(model: MultVAE, optimizer: keras.optimizers.Optimizer
     their Adam moments."""
     sharded = {id(v) for v in model.sharded_variables()}
     inner = getattr(optimizer, "inner_optimizer", optimizer)
-    slots = {id(slot) for v in model.sharded_variables()
+    slots = {id(slot) for v in model.sharded_variables() if v.trainable
              for slot in (inner._momentums[inner._get_variable_index(v)],
                           inner._velocities[inner._get_variable_index(v)])}
     return ([v for v in model.variables if id(v) not in sharded],

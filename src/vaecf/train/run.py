@@ -85,9 +85,9 @@ def _write_output(staging: Path, trainer: Trainer, best_weights: list[np.ndarray
     state = trainer.state
     if best_weights is None:
         raise VaecfError("no epoch was validated: nothing to export")
-    export(best_weights, n_items=trainer.n_items, hidden=config.hidden,
-           latent=config.latent, path=staging / "saved_model", item_ids=split.item_ids,
-           train=split.train)
+    export(trainer.exported_weights(best_weights), n_items=trainer.n_items,
+           hidden=config.hidden, latent=config.latent, encoder_layers=config.encoder_layers,
+           path=staging / "saved_model", item_ids=split.item_ids, train=split.train)
     with open(staging / "train_log.jsonl", "w") as handle:
         for record in state.log:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
@@ -101,6 +101,7 @@ def _write_output(staging: Path, trainer: Trainer, best_weights: list[np.ndarray
         extra={"n_items": trainer.n_items, "split_n_items": split.n_items,
                "split_digest": split.digest,
                "best_epoch": state.best_epoch, "best_val": best["val"],
+               "best_val_stderr": best.get("val_stderr"),
                "world_size": trainer.runtime.size, "hosts": trainer.runtime.hosts,
                "replica_weight_sha256": digests})
     log.info(f"best epoch {state.best_epoch} (val ndcg@100 {state.best_ndcg:.4f}) exported "

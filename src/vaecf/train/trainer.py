@@ -23,6 +23,7 @@ from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.metrics import evaluate
 from vaecf.model import MultVAE, choose_item_chunk, padded_items
+from vaecf.model import implicit_slim as slim
 from vaecf.train import checkpoint, data, memory
 from vaecf.train import horovod as dist
 from vaecf.train.config import STATE_PARAMETERS, TrainConfig
@@ -84,7 +85,9 @@ class Trainer:
                           users, chunk)
         self.model = MultVAE(self.n_items, hidden=config.hidden, latent=config.latent,
                              dropout=config.dropout, policy=config.keras_policy,
-                             seed=config.seed, xla=config.xla, item_chunk=chunk, shard=shard)
+                             seed=config.seed, xla=config.xla, item_chunk=chunk, shard=shard,
+                             encoder_layers=config.encoder_layers,
+                             composite_prior=config.composite_prior)
         # Sharded: every rank writes and reads its own shard's checkpoints.
         self.checkpoint_dir = (config.checkpoint_dir if shard is None
                                else f"{config.checkpoint_dir.rstrip('/')}/shard-{runtime.rank}")
@@ -93,7 +96,11 @@ class Trainer:
         self.model.build_variables()
         self.optimizer = dist.make_optimizer(config)
         self.optimizer.build(self.model.trainable_variables)
-        self.step_fn = dist.make_train_step(self.model, self.optimizer, config, runtime)
+        # One step per phase of the epoch's passes (only "joint" unless --alternate).
+        self.step_fns = {phase: dist.make_train_step(self.model, self.optimizer, config,
+                                                     runtime, phase)
+                         for phase in dict.fromkeys(config.passes)}
+        self.step_fn = self.step_fns[config.passes[0]]
         self.maker = data.BatchMaker(train, data.pad_granule(train, local),
                                      device=device,
                                      one_size=config.xla or config.shard_items)
@@ -204,7 +211,7 @@ class Trainer:
                 self.state.epoch = epoch
                 validate = epoch % self.config.validate_every == 0 or epoch == self.config.epochs
                 if validate and (self.runtime.is_chief or self.model.shard is not None):
-                    record["val"] = self._validate(epoch)
+                    record["val"], record["val_stderr"] = self._validate(epoch)
                 if self.runtime.is_chief:
                     self.state.log.append(record)
                     log.info(_describe(record))
@@ -235,30 +242,43 @@ class Trainer:
                 or time.monotonic() - saved >= self.config.checkpoint_interval)
 
     def _run_epoch(self, epoch: int, broadcast_after_first: bool) -> dict[str, Any]:
+        """One epoch: ``config.passes`` passes over the training users (one joint pass, or
+        ``--alternate``'s encoder passes then a decoder pass), the composite prior's frozen
+        encoder updated after the encoder's last update, ImplicitSLIM's step before it."""
         config, runtime = self.config, self.runtime
-        everyone = data.all_ranks_users(self.train.shape[0], seed=config.seed, epoch=epoch,
-                                        steps=self.steps, batch_size=config.batch_size,
-                                        world_size=runtime.size)
-        batches = data.batches(self.maker, everyone[:, runtime.rank],
-                               self.maker.padded_sizes(everyone, runtime.rank))
+        started = time.perf_counter()  # the closed form is part of the epoch's time
+        every = config.implicit_slim_every
+        if every and epoch % every == 0:
+            self._implicit_slim()
+        passes = config.passes
         results: list[np.ndarray] = []
         pending: list[tf.Tensor] = []
         waited = 0.0
-        progress = log.Progress(f"epoch {epoch}", total=self.steps, unit="steps")
-        started = time.perf_counter()
-        for _ in range(self.steps):
-            before = time.perf_counter()
-            batch = next(batches)
-            waited += time.perf_counter() - before
-            if len(pending) == READ_EVERY:  # after queueing the next gather: the device works
-                results.append(self._check(read_back(tf.stack(pending)), epoch))
-                pending = []
-            pending.append(self.step_fn(batch, tf.constant(self.state.step, tf.int64)))
-            self.state.step += 1
-            if broadcast_after_first:
-                dist.broadcast_state(self.model, self.optimizer, runtime)
-                broadcast_after_first = False
-            progress.update(1)
+        progress = log.Progress(f"epoch {epoch}", total=self.steps * len(passes), unit="steps")
+        for index, phase in enumerate(passes):
+            if phase == "decoder":  # RecVAE: the prior follows the encoder passes
+                self.model.update_prior()
+            everyone = data.all_ranks_users(self.train.shape[0], seed=config.seed, epoch=epoch,
+                                            steps=self.steps, batch_size=config.batch_size,
+                                            world_size=runtime.size, pass_index=index)
+            batches = data.batches(self.maker, everyone[:, runtime.rank],
+                                   self.maker.padded_sizes(everyone, runtime.rank))
+            for _ in range(self.steps):
+                before = time.perf_counter()
+                batch = next(batches)
+                waited += time.perf_counter() - before
+                if len(pending) == READ_EVERY:  # after queueing the next gather: device works
+                    results.append(self._check(read_back(tf.stack(pending)), epoch))
+                    pending = []
+                step = tf.constant(self.state.step, tf.int64)
+                pending.append(self.step_fns[phase](batch, step))
+                self.state.step += 1
+                if broadcast_after_first:
+                    dist.broadcast_state(self.model, self.optimizer, runtime)
+                    broadcast_after_first = False
+                progress.update(1)
+        if passes == ("joint",):
+            self.model.update_prior()
         results.append(self._check(read_back(tf.stack(pending)), epoch))
         seconds = time.perf_counter() - started
         progress.close()
@@ -267,12 +287,37 @@ class Trainer:
         return {"epoch": epoch, "step": self.state.step, "loss": float(loss),
                 "nll": float(nll), "kl": float(kl), "beta": float(stats[-1, 3]),
                 "epoch_seconds": seconds,
-                "users_per_second": self.steps * config.batch_size / seconds,
+                "users_per_second": self.steps * len(passes) * config.batch_size / seconds,
                 "input_seconds": waited, "input_share": waited / seconds,
                 "skipped_steps": int(stats[:, 4].sum()), "loss_scale": self.loss_scale(),
                 "precision": config.precision, "world_size": runtime.size,
                 "batch_size": config.batch_size, "shard_items": config.shard_items,
                 "peak_rss_bytes": dist.gather_object(peak_rss_bytes(), runtime)}
+
+    def _implicit_slim(self) -> None:
+        """Set both item embeddings from ImplicitSLIM's closed form of the training matrix.
+
+        Every rank computes it (on its own items under ``--shard-items``, the sums over items
+        allreduced); replicas then take rank 0's result, so they never drift apart.
+        """
+        config, shard = self.config, self.model.shard
+        first, width = (0, self.model.n_padded) if shard is None else (shard.first, shard.width)
+        held = min(width, max(0, self.n_items - first))  # the real items among them
+        users = self.train.shape[0]
+        columns = sp.hstack([self.train[:, first:first + held],
+                             sp.csr_matrix((users, width - held), dtype=self.train.dtype)],
+                            format="csr")
+        reduce_sum = (slim.alone if shard is None else
+                      lambda partial: shard.collectives.allreduce_sum(
+                          tf.constant(partial)).numpy())
+        for variable, item_axis in self.model.item_embeddings():
+            w = variable.numpy().T if item_axis == 0 else variable.numpy()
+            new = slim.embeddings(w, columns, config.implicit_slim_lambda,
+                                  config.implicit_slim_alpha, config.implicit_slim_threshold,
+                                  reduce_sum)
+            variable.assign(new.T if item_axis == 0 else new)
+        if shard is None:
+            dist.broadcast_state(self.model, self.optimizer, self.runtime)
 
     def _check(self, stats: np.ndarray, epoch: int) -> np.ndarray:
         """``stats`` [steps, 5] of the steps up to ``state.step``, refused if a loss is not
@@ -284,25 +329,34 @@ class Trainer:
                              f"{self.state.step}: results are read every {READ_EVERY} steps)")
         return stats
 
-    def _validate(self, epoch: int) -> dict[str, float]:
-        """Validation metrics of the current weights; remembers the best epoch's weights.
+    def _validate(self, epoch: int) -> tuple[dict[str, float], dict[str, float]]:
+        """Validation metrics of the current weights and their standard errors (what tells
+        trials apart, ``vaecf tune``); remembers the best epoch's weights.
 
         Item shards: every rank scores the same users (each rank's items, gathered), so no
         rank ever holds the whole model; each keeps its own shard of the best weights.
         """
         result = evaluate(lambda rows: self._scores(data.csr_batch(rows)), *self.val)
         metrics = {key: result.metrics[key].mean for key in VAL_KEYS}
+        errors = {key: result.metrics[key].stderr for key in VAL_KEYS}
         if self.model.shard is not None:  # rank 0's figures decide the best epoch everywhere
-            metrics = dist.broadcast_object(metrics, self.runtime)
+            metrics, errors = dist.broadcast_object((metrics, errors), self.runtime)
         if metrics["ndcg_at_100"] > self.state.best_ndcg:
             self.state.best_ndcg = metrics["ndcg_at_100"]
             self.state.best_epoch = epoch
             self.state.best_weights = [np.array(w) for w in self.model.get_weights()]
-        return metrics
+        return metrics, errors
 
     def _score_batch(self, batch: Any) -> tf.Tensor:
         """float32 [users, n_items]: inference logits (the mean of the latent code)."""
         return self.model(batch, training=False)[0][:, :self.n_items]
+
+    def exported_weights(self, weights: list[np.ndarray]) -> list[np.ndarray]:
+        """``weights`` (in ``model.weights`` order) less the composite prior's frozen encoder,
+        which is training state: the exported model is the encoder and the decoder."""
+        frozen = {id(v) for v in self.model.prior_variables()}
+        return [w for v, w in zip(self.model.weights, weights, strict=True)
+                if id(v) not in frozen]
 
     def weights_digest(self) -> str:
         """SHA-256 of this rank's replicated weights (all but item shards): equal on every

@@ -14,6 +14,7 @@ from typing import Any
 
 from vaecf import log
 from vaecf.io import read_manifest
+from vaecf.tuning.space import describe
 from vaecf.tuning.trials import OBJECTIVE, record
 
 
@@ -39,14 +40,27 @@ def run_trials(split: str, directory: Path, scratch: Path, trials: list[dict[str
     records = []
     for index, trial in enumerate(trials):
         name = trial_name(index)
-        settings = ", ".join(f"{k}={v}" for k, v in trial.items())
-        log.info(f"tune: trial {index + 1}/{len(trials)} ({name}): {settings}")
+        # Trials are numbered from 0 everywhere (log, trials.jsonl, folder names).
+        log.info(f"tune: trial {index} of trials 0-{len(trials) - 1} ({name}): "
+                 f"{describe(trial)}")
         config = TrainConfig(split=split, output=str(directory / name),
                              checkpoint_dir=str(scratch / name), **{**base, **trial})
         train(config)
         manifest = read_manifest(directory / name, "train")
-        records.append(record(index, f"{directory.name}/{name}", manifest,
-                              manifest["best_val"]))
-        log.info(f"tune: {name} val {OBJECTIVE} {records[-1]['val'][OBJECTIVE]:.4f} "
-                 f"(best epoch {manifest.get('best_epoch')})")
+        entry = record(index, f"{directory.name}/{name}", manifest, manifest["best_val"])
+        records.append(entry)
+        log.info(f"tune: trial {index} val {OBJECTIVE} {entry['val'][OBJECTIVE]:.4f}"
+                 + _stderr(entry) + f" (kept epoch {entry['best_epoch']} of "
+                 f"{entry['epochs']}{_beta(entry)})")
     return records
+
+
+def _stderr(entry: dict[str, Any]) -> str:
+    error = entry["val_stderr"].get(OBJECTIVE)
+    return "" if error is None else f" +- {error:.4f}"
+
+
+def _beta(entry: dict[str, Any]) -> str:
+    """The KL weight the kept epoch trained with, beside the cap (annealing)."""
+    beta, cap = entry["beta_at_best_epoch"], entry["params"].get("beta_cap")
+    return "" if beta is None else f", beta {beta:.4g} there of beta_cap {cap}"

@@ -27,7 +27,16 @@ SEARCHABLE: dict[str, tuple[str, type, float, float]] = {
     "anneal_steps": ("--anneal-steps", int, 0, 2**31 - 1),
     "learning_rate": ("--learning-rate", float, 1e-12, 1e3),
     "dropout": ("--dropout", float, 0.0, 1.0), "epochs": ("--epochs", int, 1, 100_000),
-    "hidden": ("--hidden", int, 1, 1_000_000), "latent": ("--latent", int, 1, 1_000_000)}
+    "hidden": ("--hidden", int, 1, 1_000_000), "latent": ("--latent", int, 1, 1_000_000),
+    # RecVAE's options and ImplicitSLIM's step (off: null, false, 0, 1 and 0)
+    "kl_per_item": ("--kl-per-item", float, 1e-12, 1e6),
+    "composite_prior": ("--composite-prior", bool, 0.0, 1.0),
+    "alternate": ("--alternate", int, 0, 1_000), "encoder_layers": ("--encoder-layers", int, 1, 100),
+    "implicit_slim_every": ("--implicit-slim-every", int, 0, 100_000)}
+NULLABLE = ("anneal_steps", "kl_per_item")
+# Each option's value where it is off (``options_on`` counts the others: "simpler" trials).
+OFF: dict[str, Any] = {"kl_per_item": None, "composite_prior": False, "alternate": 0,
+                       "encoder_layers": 1, "implicit_slim_every": 0}
 # The most points a grid may have (its size is computed before anything is expanded), and
 # the most bytes of a space given as a file (``--space @file``).
 GRID_LIMIT = 10**6
@@ -48,8 +57,13 @@ def check_trial(trial: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise VaecfError(f"{where}: unknown hyperparameter '{name}' (one of: "
                              f"{', '.join(SEARCHABLE)})")
         _, kind, low, high = SEARCHABLE[name]
-        if value is None and name == "anneal_steps":
+        if value is None and name in NULLABLE:
             checked[name] = None
+            continue
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise VaecfError(f"{where}: {name} {value!r}: expected true or false")
+            checked[name] = value
             continue
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if not (number and math.isfinite(value) and low <= value <= high
@@ -76,12 +90,24 @@ def parse_trial(text: str, where: str) -> dict[str, Any]:
 
 
 def train_flags(trial: Mapping[str, Any]) -> list[str]:
-    """The ``vaecf train`` flags of a checked trial (``anneal_steps`` null: no flag)."""
+    """The ``vaecf train`` flags of a checked trial (null or false: no flag)."""
     flags: list[str] = []
     for name, value in trial.items():
-        if value is not None:
+        if value is True:
+            flags.append(SEARCHABLE[name][0])
+        elif value is not None and value is not False:
             flags += [SEARCHABLE[name][0], str(value)]
     return flags
+
+
+def options_on(params: Mapping[str, Any]) -> int:
+    """How many of RecVAE's options and ImplicitSLIM's step a trial turns on."""
+    return sum(params.get(name, off) != off for name, off in OFF.items())
+
+
+def describe(trial: Mapping[str, Any]) -> str:
+    """``beta_cap=0.2, anneal_steps=null``: a trial's values as the space writes them."""
+    return ", ".join(f"{k}={json.dumps(v)}" for k, v in trial.items())
 
 
 def load_space(text: str, where: str) -> dict[str, list[Any]]:

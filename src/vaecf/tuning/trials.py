@@ -1,14 +1,24 @@
 """The trial record, shared by ``vaecf tune``, the KFP sweep's fan-in and the report.
 
-``trials.jsonl`` holds one JSON object per trial, in trial order::
+``trials.jsonl`` holds one JSON object per trial, in trial order (numbered from 0)::
 
     {"trial": 3, "params": {"beta_cap": 0.4, ...}, "val": {"ndcg_at_100": 0.41, ...},
-     "best_epoch": 17, "model": "trials/trial-003", "best": false}
+     "val_stderr": {"ndcg_at_100": 0.012, ...}, "best_epoch": 17, "epochs": 100,
+     "beta_at_best_epoch": 0.068, "model": "trials/trial-003", "best": false}
 
 ``params`` are every searchable hyperparameter as the trial's ``train_manifest.json``
 recorded it (``anneal_steps`` as resolved for the run), so a record is complete whatever was
-searched; ``val`` the validation metrics of the exported model. The best trial is the one with
-the highest validation NDCG@100 (the first of equals); only it is evaluated on the test users.
+searched; ``val`` the validation metrics of the exported model and ``val_stderr`` their
+standard errors (None where the trial's training did not record them). ``beta_at_best_epoch``
+is the KL weight the exported epoch trained with: with annealing and best-epoch export, a
+trial whose best epoch is 19 of 100 used a fifth of its ``beta_cap`` (None under
+``--kl-per-item``, whose weight is per user).
+
+The best trial (``best_of``): the highest validation NDCG@100, unless trials within one
+standard error of it (that trial's) are simpler -- fewer of RecVAE's options on, then fewer
+epochs, then narrower layers -- in which case the simplest of those (the one-standard-error
+rule: a lead within noise does not pay for the complexity). Only it is evaluated on the test
+users.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ from vaecf.errors import VaecfError
 from vaecf.io import open_input, read_jsonl, read_manifest
 from vaecf.io.readers import read_json
 from vaecf.train.tracking import VAL_KEYS
-from vaecf.tuning.space import SEARCHABLE
+from vaecf.tuning.space import SEARCHABLE, options_on
 
 OBJECTIVE = VAL_KEYS[0]
 
@@ -39,15 +49,36 @@ def record(index: int, model: str, train_manifest: Mapping[str, Any],
         ``metrics.json`` of ``vaecf evaluate --subset val``).
     """
     parameters = train_manifest.get("parameters") or {}
-    values = {}
+    values, errors = {}, {}
+    recorded = train_manifest.get("best_val_stderr") or {}
     for key in VAL_KEYS:
         value = val.get(key)
+        error = value.get("stderr") if isinstance(value, dict) else recorded.get(key)
         value = value.get("mean") if isinstance(value, dict) else value
         if not (isinstance(value, int | float) and math.isfinite(value)):
             raise VaecfError(f"trial {index} ({model}): no validation {key}")
         values[key] = float(value)
+        errors[key] = float(error) if isinstance(error, int | float) else None
     return {"trial": index, "params": {k: parameters.get(k) for k in SEARCHABLE},
-            "val": values, "best_epoch": train_manifest.get("best_epoch"), "model": model}
+            "val": values, "val_stderr": errors, "best_epoch": train_manifest.get("best_epoch"),
+            "epochs": (train_manifest.get("counts") or {}).get("epochs"),
+            "beta_at_best_epoch": beta_at_best_epoch(train_manifest), "model": model}
+
+
+def beta_at_best_epoch(train_manifest: Mapping[str, Any]) -> float | None:
+    """The KL weight at the last step of the exported epoch (``min(cap, step / anneal)``),
+    None when unknown or per user (``--kl-per-item``)."""
+    parameters = train_manifest.get("parameters") or {}
+    counts = train_manifest.get("counts") or {}
+    best, cap = train_manifest.get("best_epoch"), parameters.get("beta_cap")
+    anneal, steps, epochs = (parameters.get("anneal_steps"), counts.get("steps"),
+                             counts.get("epochs"))
+    if parameters.get("kl_per_item") is not None or not all(
+            isinstance(v, int | float) for v in (best, cap, anneal, steps, epochs)) or not epochs:
+        return None
+    if anneal <= 0:
+        return float(cap)
+    return float(min(cap, (best * steps / epochs - 1) / anneal))
 
 
 def collect(models: list[str], evaluations: list[str], stack: ExitStack
@@ -91,8 +122,22 @@ def mark_best(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def best_of(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The trial with the highest validation NDCG@100, the first (lowest number) of equals."""
-    return max(records, key=lambda r: (r["val"][OBJECTIVE], -r.get("trial", 0)))
+    """The chosen trial (module docstring): the highest validation NDCG@100, or the simplest
+    trial within one standard error of it; the lowest number of equals."""
+    top = max(records, key=lambda r: (r["val"][OBJECTIVE], -r.get("trial", 0)))
+    noise = (top.get("val_stderr") or {}).get(OBJECTIVE) or 0.0
+    close = [r for r in records if r["val"][OBJECTIVE] >= top["val"][OBJECTIVE] - noise]
+    return min(close, key=lambda r: (*simplicity(r.get("params") or {}), -r["val"][OBJECTIVE],
+                                     r.get("trial", 0)))
+
+
+def simplicity(params: Mapping[str, Any]) -> tuple[float, ...]:
+    """What "simpler" compares: options on, epochs, hidden and latent width (smaller first)."""
+    def number(name: str) -> float:
+        value = params.get(name)
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    return (options_on(params), number("epochs"), number("hidden"), number("latent"))
 
 
 def write_trials(path: Path, records: list[dict[str, Any]]) -> None:
