@@ -31,7 +31,8 @@ SEARCHABLE: dict[str, tuple[str, type, float, float]] = {
     # RecVAE's options and ImplicitSLIM's step (off: null, false, 0, 1 and 0)
     "kl_per_item": ("--kl-per-item", float, 1e-12, 1e6),
     "composite_prior": ("--composite-prior", bool, 0.0, 1.0),
-    "alternate": ("--alternate", int, 0, 1_000), "encoder_layers": ("--encoder-layers", int, 1, 100),
+    "alternate": ("--alternate", int, 0, 1_000),
+    "encoder_layers": ("--encoder-layers", int, 1, 100),
     "implicit_slim_every": ("--implicit-slim-every", int, 0, 100_000)}
 NULLABLE = ("anneal_steps", "kl_per_item")
 # Each option's value where it is off (``options_on`` counts the others: "simpler" trials).
