@@ -73,7 +73,8 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
               source: Optional[str] = None,  # noqa: UP045 (kfp needs typing.Optional)
               protocol: str = "mission", seed: str = "98765", epochs: str = "50",
               batch_per_rank: str = "1024", lr_scaling: str = "sqrt",
-              precision: str = "mixed_bfloat16", xla: str = "true", workers: str = "2", gpus_per_worker: str = "1", compression: str = "none",
+              precision: str = "mixed_bfloat16", xla: str = "true", workers: str = "2",
+              gpus_per_worker: str = "1", compression: str = "none",
               nccl_debug: str = "WARN", s3_bucket: str = "vaecf", s3_prefix: str = "runs",
               s3_secret: str = "vaecf-s3", train_image: str = images.train,
               serve: str = "false", serve_image: str = images.serve) -> None:
