@@ -629,7 +629,7 @@ def test_readme_gives_the_flags_defaults(cli) -> None:
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     for flag, default in (("--max-batch-users", "256"), ("--max-header-bytes", "32,768"),
                           ("--request-timeout", "30 s")):
-        assert re.search(rf"`{flag}` \(default {default}\)", readme), flag
+        assert re.search(rf"`{flag}`\s+\(default\s+{default}\)", readme), flag
     from vaecf.stages.serve import build_parser
 
     defaults = {a.dest: a.default for a in build_parser()._actions}
