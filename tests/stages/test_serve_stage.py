@@ -305,6 +305,12 @@ def test_benchmark_serve_reports_every_scenario(model: Path, tmp_path: Path, cli
     (["--grpc_port", "8080"], "--grpc_port 8080: the same as --http_port"),
     (["--model_name", "Bad/Name"], "--model_name 'Bad/Name': expected lower-case letters"),
     (["--enable_grpc", "maybe"], "argument --enable_grpc: expected true or false, got maybe"),
+    (["--request-timeout", "0"], "argument --request-timeout: expected a number of seconds > 0, "
+                                 "got 0"),
+    (["--request-timeout", "inf"], "argument --request-timeout: expected a number of seconds "
+                                   "> 0, got inf"),
+    (["--max-header-bytes", "x"], "argument --max-header-bytes: expected a positive integer, "
+                                  "got x"),
 ])
 def test_bad_flags_fail_in_one_line_before_loading(cli, tmp_path: Path, argv: list[str],
                                                    message: str) -> None:
