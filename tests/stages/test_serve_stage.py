@@ -185,6 +185,10 @@ BAD = [  # path, body, headers, status, message (start of it)
     (V2, b'{"inputs": 3}', JSON, 400, "inputs: Input should be a valid list"),
     ("/v1/models/other:predict", b'{"instances": [{"items": ["1"]}]}', JSON, 404,
      "Model with name other does not exist."),
+    (V1, json.dumps({"instances": [{"items": ["7" * 300]}]}).encode(), JSON, 413,
+     "instances[0].items[0]: an item id of 300 bytes, over the limit of 256"),
+    (V2, json.dumps(v2_items("BYTES", [1, 1], ["\ud800"])).encode(), JSON, 400,
+     "items[0]: an item id that is not UTF-8 text"),
     ("/v1/nowhere", b'{}', JSON, 404, "POST /v1/nowhere: Not Found"),
     ("/v2/health/ready", b'{}', JSON, 405, "POST /v2/health/ready: Method Not Allowed"),
 ]
