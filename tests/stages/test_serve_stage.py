@@ -185,6 +185,10 @@ BAD = [  # path, body, headers, status, message (start of it)
     (V2, b'{"inputs": 3}', JSON, 400, "inputs: Input should be a valid list"),
     ("/v1/models/other:predict", b'{"instances": [{"items": ["1"]}]}', JSON, 404,
      "Model with name other does not exist."),
+    (V1, json.dumps({"instances": [{"items": ["7" * 300]}]}).encode(), JSON, 413,
+     "instances[0].items[0]: an item id of 300 bytes, over the limit of 256"),
+    (V2, json.dumps(v2_items("BYTES", [1, 1], ["\ud800"])).encode(), JSON, 400,
+     "items[0]: an item id that is not UTF-8 text"),
     ("/v1/nowhere", b'{}', JSON, 404, "POST /v1/nowhere: Not Found"),
     ("/v2/health/ready", b'{}', JSON, 405, "POST /v2/health/ready: Method Not Allowed"),
 ]
@@ -305,6 +309,12 @@ def test_benchmark_serve_reports_every_scenario(model: Path, tmp_path: Path, cli
     (["--grpc_port", "8080"], "--grpc_port 8080: the same as --http_port"),
     (["--model_name", "Bad/Name"], "--model_name 'Bad/Name': expected lower-case letters"),
     (["--enable_grpc", "maybe"], "argument --enable_grpc: expected true or false, got maybe"),
+    (["--request-timeout", "0"], "argument --request-timeout: expected a number of seconds > 0, "
+                                 "got 0"),
+    (["--request-timeout", "inf"], "argument --request-timeout: expected a number of seconds "
+                                   "> 0, got inf"),
+    (["--max-header-bytes", "x"], "argument --max-header-bytes: expected a positive integer, "
+                                  "got x"),
 ])
 def test_bad_flags_fail_in_one_line_before_loading(cli, tmp_path: Path, argv: list[str],
                                                    message: str) -> None:
@@ -629,7 +639,7 @@ def test_readme_gives_the_flags_defaults(cli) -> None:
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     for flag, default in (("--max-batch-users", "256"), ("--max-header-bytes", "32,768"),
                           ("--request-timeout", "30 s")):
-        assert re.search(rf"`{flag}` \(default {default}\)", readme), flag
+        assert re.search(rf"`{flag}`\s+\(default\s+{default}\)", readme), flag
     from vaecf.stages.serve import build_parser
 
     defaults = {a.dest: a.default for a in build_parser()._actions}
