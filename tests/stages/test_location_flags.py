@@ -21,6 +21,7 @@ import pytest
 import vaecf.stages
 from vaecf.cli import STAGES, build_parser
 from vaecf.errors import VaecfError
+from vaecf.io.location import STAGE_MANIFESTS
 from vaecf.io.roles import Role, check_locations, values
 from vaecf.stages import location_table, locations
 
@@ -220,6 +221,8 @@ def test_the_table_holds_every_stages_location_flags() -> None:
     # Flags whose help mentions a file but which name none (a count, a choice, a size).
     missing = [m for m in missing if m not in NOT_LOCATIONS]
     assert not missing, f"location flags missing from the table: {missing}"
+    outputs = {loc.manifest for _, _, loc in TABLE if loc.role is Role.OUTPUT}
+    assert outputs <= STAGE_MANIFESTS, "a stage's manifest marks its outputs for every check"
     roles = {loc.role for _, _, loc in TABLE}
     assert {Role.INPUT, Role.INPUT_FILE, Role.OUTPUT, Role.CHECKPOINTS, Role.TENSORBOARD,
             Role.LOCAL_FILE, Role.WORKSPACE, Role.STORE} <= roles

@@ -29,6 +29,11 @@ S3_KEY_MAX = 1024  # bytes in an S3 key
 # The working areas of vaecf's own runs (publish.py, open_input): never an output's home.
 VAECF_AREA = re.compile(r"\..+\.(staging|old)-[a-z0-9_]{8}|vaecf-(publish|input)-[0-9]+-.+",
                         re.DOTALL)
+# The manifests that mark a stage's output (``vaecf.io.manifest.manifest_name`` of every
+# stage that publishes one): a folder holding one is that stage's, a place inside it no one's.
+STAGE_MANIFESTS = frozenset(f"{stage}_manifest.json" for stage in (
+    "download", "preprocess", "dataset", "train", "evaluate", "report", "benchmark",
+    "benchmark-serve", "recommend", "tune"))
 # The working areas this process holds: a stage may publish other stages' outputs inside its
 # own staging (``vaecf tune`` publishes each trial's model there); only another run's are off
 # limits.
@@ -118,9 +123,15 @@ def _check_local(output: str, manifest: str, inputs: list[str]) -> None:
                           "(a stage replaces only its own output)")
 
 
+def stage_manifests(folder: Path) -> list[str]:
+    """The ``STAGE_MANIFESTS`` a local folder holds (none if it is no folder)."""
+    return sorted(n for n in STAGE_MANIFESTS if (folder / n).is_file()) if folder.is_dir() \
+        else []
+
+
 def check_not_inside_output(uri: str, real: Path | None = None, shown: str = "") -> None:
-    """Refuse a location inside a stage's output: a folder above it holds a
-    ``*_manifest.json`` (that output would then hold files its manifest does not list, and no
+    """Refuse a location inside a stage's output: a folder above it holds one of the
+    ``STAGE_MANIFESTS`` (that output would then hold files its manifest does not list, and no
     stage could replace it again). ``real``: a local location, resolved; ``shown``: how the
     message names the location (default ``uri``)."""
     shown = shown or uri
@@ -128,14 +139,14 @@ def check_not_inside_output(uri: str, real: Path | None = None, shown: str = "")
         bucket, key = storage.split_s3(uri)
         for above in PurePosixPath(key).parents:
             prefix = "" if str(above) == "." else str(above)
-            found = sorted(n for n in storage.list_names(f"s3://{bucket}/{prefix}")
-                           if n.endswith("_manifest.json"))
+            found = sorted(set(storage.list_names(f"s3://{bucket}/{prefix}"))
+                           & STAGE_MANIFESTS)
             if found:
                 raise _refuse(shown, f"lies inside s3://{bucket}/{prefix}, a stage's output "
                               f"(it holds {found[0]})")
         return
     for folder in (real or resolved(local_path(uri), uri)).parents:
-        found = sorted(p.name for p in folder.glob("*_manifest.json")) if folder.is_dir() else []
+        found = stage_manifests(folder)
         if found:
             raise _refuse(shown, f"lies inside {folder}, a stage's output (it holds "
                           f"{found[0]})")

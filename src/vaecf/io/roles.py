@@ -33,10 +33,12 @@ from vaecf.io.location import (
     NAME_MAX,
     PATH_MAX,
     S3_KEY_MAX,
+    STAGE_MANIFESTS,
     check_not_inside_output,
     check_output,
     local_path,
     resolved,
+    stage_manifests,
 )
 
 # Pseudo file systems: nothing vaecf reads or writes lives there (``/dev/shm`` is a tmpfs).
@@ -219,7 +221,7 @@ def check_side_output(flag: str, value: str, inputs: Iterable[str], outputs: Ite
     """Refuse a side output (checkpoints, event files) that is not its own folder.
 
     It lies apart from every input and output (neither is, holds nor lies inside the other),
-    inside no stage's output (no folder above it holds a ``*_manifest.json``), and holds
+    inside no stage's output (no folder above it holds a stage's manifest), and holds
     nothing but the files ``own`` recognises (relative names): a rerun adds to what an earlier
     run wrote, and nothing else of the user's is ever touched. A local folder must be
     creatable: a probe is created and removed in its nearest existing folder.
@@ -233,7 +235,7 @@ def check_side_output(flag: str, value: str, inputs: Iterable[str], outputs: Ite
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
         raise VaecfError(f"{flag} {value}: {existing} is not a folder; nothing was written")
-    manifests = sorted(p.name for p in path.glob("*_manifest.json")) if path.is_dir() else []
+    manifests = stage_manifests(path)
     if manifests:
         raise VaecfError(f"{flag} {value}: holds {manifests[0]}, a stage's output (it goes in "
                          "a folder of its own); nothing was written")
@@ -270,7 +272,7 @@ def _check_s3_side(flag: str, value: str, own: Callable[[str], bool]) -> None:
                          "a prefix)")
     check_not_inside_output(value, shown=f"{flag} {value}")
     keys = storage.list_keys(value)
-    manifests = [k for k in keys if "/" not in k and k.endswith("_manifest.json")]
+    manifests = sorted(STAGE_MANIFESTS & set(keys))
     if manifests:
         raise VaecfError(f"{flag} {value}: holds {manifests[0]}, a stage's output (it goes in "
                          "a folder of its own); nothing was written")
@@ -298,7 +300,7 @@ def _check_workspace(flag: str, value: str, holds: frozenset[str]) -> None:
                          "are never vaecf's (give a folder of its own); nothing was written")
     if real.exists() and not real.is_dir():
         raise VaecfError(f"{flag} {value}: exists and is not a folder; nothing was written")
-    if real.is_dir() and (os.path.ismount(real) or any(real.glob("*_manifest.json"))):
+    if real.is_dir() and (os.path.ismount(real) or stage_manifests(real)):
         raise VaecfError(f"{flag} {value}: is a mount point or a stage's output, not a folder "
                          "of vaecf's own; nothing was written")
     check_not_inside_output(value, real, f"{flag} {value}")

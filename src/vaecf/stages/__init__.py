@@ -14,7 +14,6 @@ Every flag that names a location is added with ``location(parser, flag, role, ..
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import os
 import sys
@@ -72,12 +71,10 @@ def locations(parser: argparse.ArgumentParser) -> dict[str, tuple[str, Location]
 
 def location_table(stages: list[str]) -> list[tuple[str, str, Location]]:
     """(stage, flag, location) of every location flag of ``stages``: the one table."""
-    table = []
-    for stage in stages:
-        module = importlib.import_module("vaecf.stages." + stage.replace("-", "_"))
-        for flag, where in locations(module.build_parser()).values():
-            table.append((stage, flag, where))
-    return table
+    from vaecf.cli import build_parser  # the CLI imports the stages, not the other way
+
+    return [(stage, flag, where) for stage in stages
+            for flag, where in locations(build_parser(stage)).values()]
 
 
 def new_parser(stage: str, description: str) -> argparse.ArgumentParser:

@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--namespace", help="default: this pod's namespace, else 'default'")
     parser.add_argument("--service-account", default="vaecf-serve",
                         help="the predictor's ServiceAccount (S3 credentials for KServe)")
-    location(parser, "--template", Role.LOCAL_FILE, type=Path, default=None,
+    # A str, not a Path: Path("s3://b/k") is the local "s3:/b/k", which the check would miss.
+    location(parser, "--template", Role.LOCAL_FILE, default=None,
                         help="InferenceService template (default: "
                              "$VAECF_INFERENCESERVICE_TEMPLATE or "
                              "manifests/serving/inferenceservice.yaml)")
@@ -71,7 +72,8 @@ def deploy(args: argparse.Namespace) -> None:
         service_account=args.service_account)
     isvc.validate(params)  # flags first: nothing is read for a bad name or image
     service = isvc.render_service(
-        isvc.load_template(args.template or isvc.default_template()), params)
+        isvc.load_template(Path(args.template) if args.template else isvc.default_template()),
+        params)
     check_model(args.model, params.storage_uri)
     outcome = isvc.apply(client.api_client(), service)
     log.info(f"{outcome} inferenceservice {params.namespace}/{params.name} (model "

@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--secret-name", default="vaecf-s3",
                         help="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
                              "AWS_ENDPOINT_URL for the MPIJob's pods")
-    location(parser, "--template", Role.LOCAL_FILE, type=Path, default=None,
+    # A str, not a Path: Path("s3://b/k") is the local "s3:/b/k", which the check would miss.
+    location(parser, "--template", Role.LOCAL_FILE, default=None,
                         help="MPIJob template (default: $VAECF_MPIJOB_TEMPLATE or "
                              "manifests/mpijob.yaml)")
     parser.add_argument("--timeout", type=finite_positive, default=48 * 3600,
@@ -156,8 +157,8 @@ def check_split(split: str) -> None:
 
 def launch(args: argparse.Namespace) -> None:
     params = params_from_args(args)
-    job = render.render(render.load_template(args.template or render.default_template()),
-                        params)
+    template = Path(args.template) if args.template else render.default_template()
+    job = render.render(render.load_template(template), params)
     check_split(args.split)
     storage.check_bucket(params.model_uri)
     refuse_deleted(args, params)
