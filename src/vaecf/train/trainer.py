@@ -246,23 +246,27 @@ class Trainer:
         ``--alternate``'s encoder passes then a decoder pass), the composite prior's frozen
         encoder updated after the encoder's last update, ImplicitSLIM's step before it."""
         config, runtime = self.config, self.runtime
-        started = time.perf_counter()  # the closed form is part of the epoch's time
+        closed_form = time.perf_counter()
         every = config.implicit_slim_every
         if every and epoch % every == 0:
             self._implicit_slim()
-        passes = config.passes
+        closed_form = time.perf_counter() - closed_form  # part of the epoch's time
+        passes = []
+        for index, phase in enumerate(config.passes):
+            everyone = data.all_ranks_users(self.train.shape[0], seed=config.seed, epoch=epoch,
+                                            steps=self.steps, batch_size=config.batch_size,
+                                            world_size=runtime.size, pass_index=index)
+            passes.append((phase, data.batches(self.maker, everyone[:, runtime.rank],
+                                               self.maker.padded_sizes(everyone,
+                                                                       runtime.rank))))
         results: list[np.ndarray] = []
         pending: list[tf.Tensor] = []
         waited = 0.0
         progress = log.Progress(f"epoch {epoch}", total=self.steps * len(passes), unit="steps")
-        for index, phase in enumerate(passes):
+        started = time.perf_counter() - closed_form
+        for phase, batches in passes:
             if phase == "decoder":  # RecVAE: the prior follows the encoder passes
                 self.model.update_prior()
-            everyone = data.all_ranks_users(self.train.shape[0], seed=config.seed, epoch=epoch,
-                                            steps=self.steps, batch_size=config.batch_size,
-                                            world_size=runtime.size, pass_index=index)
-            batches = data.batches(self.maker, everyone[:, runtime.rank],
-                                   self.maker.padded_sizes(everyone, runtime.rank))
             for _ in range(self.steps):
                 before = time.perf_counter()
                 batch = next(batches)
@@ -277,7 +281,7 @@ class Trainer:
                     dist.broadcast_state(self.model, self.optimizer, runtime)
                     broadcast_after_first = False
                 progress.update(1)
-        if passes == ("joint",):
+        if config.passes == ("joint",):
             self.model.update_prior()
         results.append(self._check(read_back(tf.stack(pending)), epoch))
         seconds = time.perf_counter() - started
