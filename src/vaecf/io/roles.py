@@ -187,9 +187,10 @@ def _check_input(flag: str, value: str, role: Role) -> None:
 
 def _checkpoint_file(rel: str) -> bool:
     """What ``vaecf train`` writes in a checkpoint folder (``vaecf.train.checkpoint``): the
-    checkpoints, and the hidden folder a killed run was writing one in."""
-    return re.fullmatch(r"(epoch-\d{6}|\.epoch-\d{6}\.[^/]+/(new|old))/(meta\.json|state\.npz)",
-                        rel) is not None
+    checkpoints (under ``shard-<rank>/`` with ``--shard-items``), and the hidden folder a
+    killed run was writing one in."""
+    return re.fullmatch(r"(shard-\d+/)?(epoch-\d{6}|\.epoch-\d{6}\.[^/]+/(new|old))/"
+                        r"(meta\.json|state\.npz)", rel) is not None
 
 
 def _contains(outer: PurePosixPath, inner: PurePosixPath) -> bool:
