@@ -102,7 +102,7 @@ def test_local_file_source(cli, tmp_path: Path) -> None:  # type: ignore[no-unty
     (["--dataset", "movielens"], "--source: required for dataset 'movielens'"),
     (["--dataset", "netflix"], "--source: required for dataset 'netflix'"),
     (["--dataset", "netflix", "--source", "/nonexistent/combined_data_1.txt"],
-     "/nonexistent/combined_data_1.txt: source file does not exist"),
+     "/nonexistent/combined_data_1.txt: input file does not exist"),
     (["--dataset", "netflix", "--source", "ftp://host/x.txt"], "unsupported source scheme"),
     (["--dataset", "synthetic", "--synthetic-users", "0"], "--synthetic-users"),
 ])
@@ -230,4 +230,5 @@ def test_a_source_that_is_a_link_loop_is_one_line(cli, tmp_path: Path) -> None: 
     loop = tmp_path / "loop"
     loop.symlink_to(loop)
     assert_failed(cli("download", "--dataset", "movielens", "--source", loop,
-                      "--output", tmp_path / "raw"), tmp_path / "raw", f"{loop}: ")
+                      "--output", tmp_path / "raw"), tmp_path / "raw",
+                  f"{loop} is a symbolic link to nothing")

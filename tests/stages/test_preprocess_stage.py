@@ -269,4 +269,4 @@ def test_an_input_that_is_a_link_loop_is_one_line(cli, tmp_path: Path) -> None: 
     loop = tmp_path / "loop"
     loop.symlink_to(loop)
     assert_failed(cli("preprocess", "--input", loop, "--output", tmp_path / "out"),
-                  tmp_path / "out", f"{loop}: ")
+                  tmp_path / "out", f"{loop} is a symbolic link to nothing")
