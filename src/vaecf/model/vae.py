@@ -32,7 +32,7 @@ PAD_MULTIPLE = 8
 # CPU: measured on 2 cores (fp32), the chunked step was ~2x slower (see choose_item_chunk).
 # GPU: measured on one H100 (2026-11-26, fp32, no --xla), 16,384 users x 20,096 items (1.3 GB
 # of logits) chunked ran at 123k users/s, 4.3x slower per user than 4,096 users whole (533k);
-# 4 GiB of whole logits (with the softmax and the gradient ~12 GiB) fits a 16 GB GPU.
+# 4 GiB of whole logits (by arithmetic, not measured: ~12 GiB with the softmax and gradient).
 WHOLE_LOGITS_BYTES = {"CPU": 1 << 30, "GPU": 4 << 30}
 CHUNK_LOGITS_BYTES = 64 << 20  # float32 logits of one chunk (chunk = this / 4 / users)
 
