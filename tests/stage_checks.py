@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 
 def assert_failed(stage: str, result: tuple[int, str, str], output: Path,
@@ -15,3 +19,16 @@ def assert_failed(stage: str, result: tuple[int, str, str], output: Path,
     for text in expected:
         assert text in err
     assert not output.exists()
+
+
+def tmpfs(tmp_path: Path, size: str) -> Iterator[Path]:
+    """A fixture's body: a tmpfs of ``size`` (e.g. "16k") at ``tmp_path/disk``, unmounted after;
+    the test is skipped where mounting is not allowed."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:  # not root, or no CAP_SYS_ADMIN (an unprivileged container)
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True)

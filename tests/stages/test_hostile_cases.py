@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from stage_checks import tmpfs
 
 SMALL = ("--epochs", "1", "--batch-size", "100", "--hidden", "16", "--latent", "8")
 
@@ -205,14 +206,7 @@ def test_train_refuses_a_checkpoint_dir_holding_a_users_files(cli, synthetic_spl
 @pytest.fixture()
 def tiny_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
     """A 16 KiB tmpfs: too small for any checkpoint."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(disk)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:  # not root, or no CAP_SYS_ADMIN (an unprivileged container)
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    yield disk
-    subprocess.run(["umount", str(disk)], check=True)
+    yield from tmpfs(tmp_path, "16k")
 
 
 def test_a_full_disk_at_the_first_checkpoint_leaves_no_folder(cli, synthetic_split,

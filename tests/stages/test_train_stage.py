@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from stage_checks import tmpfs
 
 from vaecf.cli import main
 from vaecf.data.splits import load_split
@@ -453,14 +454,7 @@ def test_checkpoint_dir_where_nothing_can_be_created_fails_before_training(
 @pytest.fixture()
 def small_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
     """A 256 KiB tmpfs: room for one checkpoint of a 16-unit model, not two."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:  # not root, or no CAP_SYS_ADMIN (an unprivileged container)
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    yield disk
-    subprocess.run(["umount", str(disk)], check=True)
+    yield from tmpfs(tmp_path, "256k")
 
 
 def test_full_disk_at_a_checkpoint_is_one_line_and_keeps_the_last_good_one(
