@@ -35,3 +35,23 @@ def test_nvcc_binaries_and_wheels_are_one_release() -> None:
 def test_kernels_are_built_for_a100_and_h100() -> None:
     assert {"80", "90"} <= set(build_arg("CUDA_CC_LIST").split(","))
     assert 'HOROVOD_BUILD_CUDA_CC_LIST="$CUDA_CC_LIST"' in DOCKERFILE
+
+
+def test_lock_is_a_constraints_file() -> None:
+    """The train image installs under `pip install -c requirements.lock`, and pip refuses a
+    constraint with extras, a marker or a URL ("Constraints cannot have extras"): each line is
+    one exact `name==version` pin, each name once."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    assert "-c /tmp/requirements.lock" in DOCKERFILE
+    names = []
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        pin = Requirement(line)
+        assert not pin.extras and pin.marker is None and pin.url is None, line
+        (spec,) = pin.specifier
+        assert spec.operator == "==" and "*" not in spec.version, line
+        names.append(canonicalize_name(pin.name))
+    assert len(names) == len(set(names)) > 100
