@@ -142,7 +142,7 @@ def test_registry() -> None:
     releases = ["ml-100k", "ml-1m", "ml-10m", "ml-20m", "ml-25m", "ml-32m", "ml-latest",
                 "ml-latest-small"]
     assert list(DATASETS) == [*releases, "movielens", "netflix", "lastfm", "pinterest",
-                              "synthetic"]
+                              "synthetic", "table"]
     for name in releases:
         (remote,) = DATASETS[name].files
         assert remote.url == f"https://files.grouplens.org/datasets/movielens/{name}.zip"

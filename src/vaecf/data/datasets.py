@@ -99,6 +99,10 @@ DATASETS: dict[str, Dataset] = {
         reader="pinterest",
     ),
     "synthetic": Dataset(name="synthetic", files=(), reader="movielens"),
+    "table": Dataset(
+        name="table", files=(), reader="table", requires_source=True,
+        note="your own interactions: a Parquet or CSV file, or a folder or s3:// prefix of "
+             "them, with --user-column and --item-column"),
 }
 
 

@@ -20,8 +20,9 @@ from typing import Any
 from vaecf import log
 from vaecf.data.datasets import Dataset, RemoteFile, release_of
 from vaecf.data.fetch import DEFAULT_RETRY, RetryPolicy, fetch, source_name
-from vaecf.data.readers import READERS, check_data_files, layout_of
-from vaecf.data.readers.archive import Match, is_archive, peek_data_files
+from vaecf.data.readers import READERS, Reader, TableColumns, check_data_files, layout_of
+from vaecf.data.readers.archive import is_archive, peek_data_files
+from vaecf.data.readers.interactions_table import probe_table
 from vaecf.errors import VaecfError
 from vaecf.io import storage
 from vaecf.io.paths import inside
@@ -74,7 +75,7 @@ def download_dataset(dataset: Dataset, source: str | None, directory: Path,
             raise VaecfError(f"--source: required for dataset '{dataset.name}' ({dataset.note})")
         targets = [(remote.url, remote.name) for remote in dataset.files]
     else:
-        targets = _expand_source(source, READERS[dataset.reader].match)
+        targets = _expand_source(source, READERS[dataset.reader])
     expected = {remote.name: remote for remote in dataset.files}
     where = source or "download"
     dests = [(uri, name, inside(directory, name, where)) for uri, name in targets]
@@ -94,11 +95,12 @@ def verified_release(dataset: Dataset, records: list[dict[str, Any]]) -> str | N
 
 
 def inspect_download(dataset: Dataset, directory: Path, names: list[str],
-                     where: str) -> dict[str, Any]:
+                     where: str, columns: TableColumns | None = None) -> dict[str, Any]:
     """Check that the downloaded ``names`` hold what ``dataset`` is; describe what they hold.
 
     Args:
       where: the source as the user gave it, for messages.
+      columns: for ``table``, the columns every data file must have.
 
     Returns:
       ``data_files`` (labels, e.g. ``ml-1m.zip:ml-1m/ratings.dat``), ``layout`` (MovieLens:
@@ -106,7 +108,8 @@ def inspect_download(dataset: Dataset, directory: Path, names: list[str],
       whose zip folder holds the data, or null): recorded in the manifests.
     """
     reader = READERS[dataset.reader]
-    peeked = peek_data_files(directory, names, reader.match, _PEEK_BYTES, where)
+    peeked = peek_data_files(directory, names, reader.match, _PEEK_BYTES, where,
+                             reader.archives)
     labels = [label for label, _ in peeked]
     check_data_files(dataset.reader, labels, names, where)
     layout, release = layout_of(dataset.reader, labels), release_of(labels)
@@ -125,22 +128,29 @@ def inspect_download(dataset: Dataset, directory: Path, names: list[str],
     if reader.probe is not None:
         for label, first in peeked:
             reader.probe(label, first)  # e.g. a ratings.csv without a userId column
+    if columns is not None:
+        probe_table(directory, peeked, columns, where)
     return {"data_files": labels, "layout": layout, "release": release}
 
 
-def _expand_source(source: str, match: Match) -> list[tuple[str, str]]:
-    """``(uri, relative name)`` pairs of the data files and archives a source holds."""
+def _expand_source(source: str, reader: Reader) -> list[tuple[str, str]]:
+    """``(uri, relative name)`` pairs of the data files (and archives, if ``reader`` opens
+    them) a source holds."""
+    def taken(name: str) -> bool:
+        return (reader.archives and is_archive(name)) or reader.match(name)
+
+    wanted = "data files or archives" if reader.archives else reader.expected
     if storage.is_s3(source) and source.endswith("/"):
-        keys = [k for k in storage.list_keys(source) if is_archive(k) or match(k)]
+        keys = [k for k in storage.list_keys(source) if taken(k)]
         if not keys:
-            raise VaecfError(f"{source}: no data files or archives under this prefix")
+            raise VaecfError(f"{source}: no {wanted} under this prefix")
         return [(source + key, key) for key in keys]
     local = Path(source.removeprefix("file://"))
     if "://" not in source.removeprefix("file://") and local.is_dir():
         files = [path.relative_to(local).as_posix() for path in _files_below(local)]
-        names = [name for name in files if is_archive(name) or match(name)]
+        names = [name for name in files if taken(name)]
         if not names:
-            raise VaecfError(f"{source}: source directory holds no data files or archives "
+            raise VaecfError(f"{source}: source directory holds no {wanted} "
                              f"among its {len(files)} files (subfolders included)")
         return [(str(local / name), name) for name in names]
     return [(source, source_name(source))]

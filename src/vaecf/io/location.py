@@ -21,9 +21,9 @@ from pathlib import Path, PurePosixPath
 
 from vaecf.errors import VaecfError
 from vaecf.io import storage
+from vaecf.io.paths import NAME_MAX
 from vaecf.io.readers import JSON_LIMIT, decode, parse_json, read_json
 
-NAME_MAX = 255  # bytes in one path component (Linux)
 PATH_MAX = 4096  # bytes in a path (Linux), of which the stage's own files need up to NAME_MAX
 S3_KEY_MAX = 1024  # bytes in an S3 key
 # The working areas of vaecf's own runs (publish.py, open_input): never an output's home.

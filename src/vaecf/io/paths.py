@@ -2,16 +2,20 @@
 
 Such a name comes from whoever wrote the data, not from the user: a key ``raw//home/u/.bashrc``
 lies below the prefix ``raw/`` as ``/home/u/.bashrc``, and ``raw/../../etc/x`` climbs out of
-it. Every such name goes through ``inside`` (or ``relative_name``, for an archive member that
+it, and a name longer than the file system allows would fail half-way through a copy. Every
+such name goes through ``inside`` (or ``relative_name``, for an archive member that
 is never written under its own name) before anything is read or written, so that one rule
 keeps every stage inside the folder it was given.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path, PurePosixPath
 
 from vaecf.errors import VaecfError
+
+NAME_MAX = 255  # bytes in one path component (Linux)
 
 
 def relative_name(name: str, where: str) -> PurePosixPath:
@@ -25,6 +29,11 @@ def relative_name(name: str, where: str) -> PurePosixPath:
     if "\0" in name or path.is_absolute() or ".." in path.parts or not path.parts:
         raise VaecfError(f"{where}: {name!r} is not a path inside its folder (empty, "
                          "absolute or climbing with '..'); refused, nothing read or written")
+    longest = max(len(os.fsencode(part)) for part in path.parts)
+    if longest > NAME_MAX:
+        shown = f"{name[:60]!r}... ({len(name):,} characters)"
+        raise VaecfError(f"{where}: {shown} has a name of {longest} bytes (at most "
+                         f"{NAME_MAX}); refused, nothing read or written")
     return path
 
 

@@ -133,17 +133,35 @@ def read_parquet(path: Path, columns: Mapping[str, str], where: str | None = Non
 
     where = where or str(path)
     try:
-        schema = pq.read_schema(path)
-        missing = [name for name in columns if name not in schema.names]
-        if missing:
-            raise VaecfError(f"{where}: missing column(s) {', '.join(missing)} (found "
-                             f"{', '.join(schema.names) or 'none'})")
-        for name, kind in columns.items():
-            _check_column(schema.field(name).type, name, kind, where)
+        _check_schema(pq.read_schema(path), columns, where)
         table = pq.read_table(path, columns=list(columns))
     except (OSError, ValueError, KeyError, pa.ArrowException) as err:
         raise VaecfError(f"{where}: not a readable Parquet file ({str(err)[:200]})") from None
     return table
+
+
+def parquet_rows(path: Path, columns: Mapping[str, str], where: str | None = None) -> int:
+    """The number of rows of a Parquet file whose ``columns`` ``read_parquet`` would accept,
+    read from its footer alone (no data page is read)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    where = where or str(path)
+    try:
+        metadata = pq.read_metadata(path)
+        _check_schema(metadata.schema.to_arrow_schema(), columns, where)
+    except (OSError, ValueError, KeyError, pa.ArrowException) as err:
+        raise VaecfError(f"{where}: not a readable Parquet file ({str(err)[:200]})") from None
+    return int(metadata.num_rows)
+
+
+def _check_schema(schema: Any, columns: Mapping[str, str], where: str) -> None:
+    missing = [name for name in columns if name not in schema.names]
+    if missing:
+        raise VaecfError(f"{where}: missing column(s) {', '.join(missing)} (found "
+                         f"{', '.join(schema.names) or 'none'})")
+    for name, kind in columns.items():
+        _check_column(schema.field(name).type, name, kind, where)
 
 
 def _check_column(kind_of: Any, name: str, kind: str, where: str) -> None:

@@ -16,6 +16,7 @@ from vaecf.data.preprocess import (
     write_interactions,
 )
 from vaecf.data.readers import layout_of, read_raw
+from vaecf.data.readers.interactions_table import recorded_columns
 from vaecf.errors import VaecfError
 from vaecf.io import (
     manifest_name,
@@ -75,8 +76,10 @@ def run(config: PreprocessConfig) -> None:
         if unchecked:  # read_manifest checked the SHA-256 of the listed files only
             raise VaecfError(f"{raw_dir}/download_manifest.json: downloads[].name "
                              f"{unchecked[0]!r} is not one of its checksummed files")
+        where = f"{raw_dir}/download_manifest.json"
+        table = recorded_columns(download, where) if dataset.reader == "table" else None
         with scratch(staging) as extracted:
-            raw = read_raw(dataset.reader, raw_dir, names, extracted)
+            raw = read_raw(dataset.reader, raw_dir, names, extracted, table)
         log.info(f"{dataset.name}: read {len(raw.user_id):,} rows from {len(raw.files)} file(s)")
         files_read = list(raw.files)
         result = preprocess(raw, config.filters)
@@ -91,7 +94,8 @@ def run(config: PreprocessConfig) -> None:
                        extra={"dataset": dataset.name, "files_read": files_read,
                               "layout": layout_of(dataset.reader, files_read),
                               "release": release_of(files_read),
-                              "verified_release": download.get("verified_release")})
+                              "verified_release": download.get("verified_release"),
+                              **({"table": table.record()} if table else {})})
 
 
 def _body(args: argparse.Namespace) -> None:

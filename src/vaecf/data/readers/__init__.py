@@ -5,19 +5,30 @@ reads them with the dataset's reader. Every reader is strict: an empty file, a h
 without data, a missing column, a non-numeric id, a NaN or out-of-range value, a corrupt
 archive, a cut last line or non-UTF-8 bytes stop with one error naming file, line, column.
 ``check_data_files`` refuses a download that lacks the files its reader needs, so
-``vaecf download`` fails, not the stage after it.
+``vaecf download`` fails, not the stage after it. The ``table`` reader reads a user's own
+Parquet or CSV files with the columns named at download (``TableColumns``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from vaecf import log
 from vaecf.data.readers.archive import DataFile, Match, find_data_files
+from vaecf.data.readers.interactions_table import (
+    EXPECTED,
+    TableColumns,
+    is_table_file,
+    mixed_formats,
+    read_table_file,
+    table_format,
+)
 from vaecf.data.readers.lastfm import is_lastfm_file, read_lastfm_file
 from vaecf.data.readers.movielens import (
     is_ratings_file,
@@ -34,7 +45,8 @@ from vaecf.data.readers.pinterest import (
 from vaecf.data.readers.table import RawInteractions
 from vaecf.errors import VaecfError
 
-__all__ = ["READERS", "RawInteractions", "check_data_files", "layout_of", "read_raw"]
+__all__ = ["READERS", "RawInteractions", "Reader", "TableColumns", "check_data_files", "layout_of",
+           "read_raw"]
 
 
 @dataclass(frozen=True)
@@ -47,12 +59,14 @@ class Reader:
       expected: the data files' names, as messages and manifests name them.
       probe: given a data file's label and first line, raises VaecfError if that line
         cannot start one (checked at download; the reader checks every line later).
+      archives: data files may sit in zips and tarballs, which are opened.
     """
 
     match: Match
     read: Callable[[DataFile], RawInteractions]
     expected: str
     probe: Callable[[str, bytes], None] | None = None
+    archives: bool = True
 
 
 READERS: dict[str, Reader] = {
@@ -62,6 +76,7 @@ READERS: dict[str, Reader] = {
     "lastfm": Reader(is_lastfm_file, read_lastfm_file, "usersha1-artmbid-artname-plays.tsv"),
     "pinterest": Reader(is_pinterest_file, read_pinterest_file,
                         "pinterest-20.{train,test}.rating"),
+    "table": Reader(is_table_file, read_table_file, EXPECTED, archives=False),
 }
 
 
@@ -78,31 +93,40 @@ def check_data_files(reader: str, labels: list[str], names: list[str], where: st
         problem = f"several MovieLens ratings files ({', '.join(labels)}); expected one"
     elif reader == "pinterest":
         problem = missing_pinterest_file(labels)
+    elif reader == "table":
+        problem = mixed_formats(labels)
     if problem:
         raise VaecfError(f"{where}: {problem}")
 
 
 def layout_of(reader: str, labels: list[str]) -> str:
-    """The layout the data files are in: MovieLens' file name, else the reader's files."""
+    """The layout the data files are in: MovieLens' file name, a table's format (``parquet``
+    or ``csv``), else the reader's files."""
     if reader == "movielens":
         return str(ratings_layout(labels[0]))
+    if reader == "table":
+        return str(table_format(labels[0]))
     return READERS[reader].expected
 
 
-def read_raw(reader: str, directory: Path, names: list[str], scratch: Path) -> RawInteractions:
+def read_raw(reader: str, directory: Path, names: list[str], scratch: Path,
+             columns: TableColumns | None = None) -> RawInteractions:
     """Read every data file of a download directory with ``reader``.
 
     Args:
       reader: a key of ``READERS`` (the dataset registry names it).
       directory: the download directory; ``names`` its files, from its manifest.
       scratch: an empty directory for members extracted from archives.
+      columns: for ``table``, the columns its download recorded.
     """
-    files = find_data_files(directory, names, READERS[reader].match, scratch)
+    found = READERS[reader]
+    files = find_data_files(directory, names, found.match, scratch, found.archives)
     check_data_files(reader, [f.label for f in files], names, str(directory))
+    read = partial(found.read, columns=columns) if reader == "table" else found.read
     parts: list[RawInteractions] = []
     bar = log.Progress(f"read {reader}", len(files), "files")
     for file in files:
-        parts.append(READERS[reader].read(file))
+        parts.append(read(file))
         if file.path.is_relative_to(scratch):
             file.path.unlink()  # extracted copies can be large (Last.fm: 1.6 GB)
         bar.update(1)
@@ -118,7 +142,14 @@ def _concat(parts: list[RawInteractions]) -> RawInteractions:
         for key, value in part.counts.items():
             counts[key] = counts.get(key, 0) + value
     return RawInteractions(
-        user_id=np.concatenate([np.asarray(p.user_id) for p in parts]),
-        item_id=np.concatenate([np.asarray(p.item_id) for p in parts]),
+        user_id=_concat_ids([p.user_id for p in parts]),
+        item_id=_concat_ids([p.item_id for p in parts]),
         value=np.concatenate([p.value for p in parts]),
         kind=parts[0].kind, files=tuple(f for p in parts for f in p.files), counts=counts)
+
+
+def _concat_ids(parts: list[np.ndarray | pd.Categorical]) -> np.ndarray | pd.Categorical:
+    """Ids of several files: text ids stay one Categorical (one string per distinct id)."""
+    if all(isinstance(p, pd.Categorical) for p in parts):
+        return pd.api.types.union_categoricals(parts, sort_categories=True)
+    return np.concatenate([np.asarray(p) for p in parts])

@@ -62,13 +62,15 @@ def is_archive(name: str) -> bool:
 
 
 def find_data_files(directory: Path, names: list[str], match: Match,
-                    scratch: Path) -> list[DataFile]:
+                    scratch: Path, archives: bool = True) -> list[DataFile]:
     """Every file, or archive member, among ``names`` whose path satisfies ``match``.
 
     Args:
       directory: the download directory; ``names`` are file names in it (from its manifest).
       match: called with a member's path inside its archive (or a plain file's name).
       scratch: an empty directory that receives extracted members.
+      archives: look inside zips and tarballs (False: an archive is just a name ``match``
+        does not take).
 
     Returns:
       Data files in sorted label order, so reading is deterministic.
@@ -79,12 +81,12 @@ def find_data_files(directory: Path, names: list[str], match: Match,
         with member.source() as stream:
             return DataFile(member.label, _save(stream, scratch, member.label))
 
-    found = _scan(directory, names, match, extract, str(directory))
+    found = _scan(directory, names, match, extract, str(directory), archives)
     return sorted(found, key=lambda f: f.label)
 
 
 def peek_data_files(directory: Path, names: list[str], match: Match, limit: int,
-                    where: str) -> list[tuple[str, bytes]]:
+                    where: str, archives: bool = True) -> list[tuple[str, bytes]]:
     """The labels ``find_data_files`` would return, sorted, each with its first line (at
     most ``limit`` bytes), without extracting anything.
 
@@ -96,20 +98,20 @@ def peek_data_files(directory: Path, names: list[str], match: Match, limit: int,
         with opened as stream:
             return member.label, stream.readline(limit)
 
-    return sorted(_scan(directory, names, match, peek, where))
+    return sorted(_scan(directory, names, match, peek, where, archives))
 
 
 def _scan(directory: Path, names: list[str], match: Match, take: Callable[[_Member], T],
-          where: str) -> list[T]:
+          where: str, archives: bool) -> list[T]:
     """``take`` applied to every matching member, inside the archive's error handling."""
     taken: list[T] = []
     paths = {name: inside(directory, name, where) for name in names}
     for name in sorted(names):
         path = paths[name]
         try:
-            if name.endswith(".zip"):
+            if archives and name.endswith(".zip"):
                 taken.extend(take(m) for m in _from_zip(path, name, match))
-            elif name.endswith(_TAR_SUFFIXES):
+            elif archives and name.endswith(_TAR_SUFFIXES):
                 with tarfile.open(path, "r|*") as tar:
                     taken.extend(take(m) for m in _from_tar(tar, name, match))
             elif match(name):

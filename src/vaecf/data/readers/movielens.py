@@ -24,10 +24,12 @@ from vaecf.data.readers.table import (
     column,
     field_count,
     has_nulls,
+    header_names,
     int_field,
     locate_error,
     number_field,
     read_checked,
+    read_header_of,
 )
 from vaecf.errors import VaecfError
 
@@ -35,7 +37,6 @@ LAYOUTS = ("ratings.csv", "ratings.dat", "u.data")
 REQUIRED = ("userId", "movieId", "rating")
 NAMES = (*REQUIRED, "timestamp")
 MIN_RATING, MAX_RATING = 0.5, 5.0
-_MAX_HEADER = 64 << 10
 _TYPES = {"userId": pa.int64(), "movieId": pa.int64(), "rating": pa.float64()}
 
 
@@ -51,33 +52,12 @@ def is_ratings_file(path: str) -> bool:
 
 def read_header(file: DataFile) -> tuple[str, ...]:
     """The header's column names; VaecfError if the file is empty or lacks a column."""
-    with open(file.path, "rb") as handle:
-        return parse_header(file.label, handle.readline(_MAX_HEADER + 1))
+    return read_header_of(file, REQUIRED)
 
 
 def parse_header(label: str, first: bytes) -> tuple[str, ...]:
     """The column names of ``first``, the file's first line read with a limit of 64 KiB."""
-    if not first:
-        raise VaecfError(f"{label}: file is empty")
-    if len(first) > _MAX_HEADER:
-        raise VaecfError(f"{label}: line 1: header longer than {_MAX_HEADER >> 10} KiB "
-                         f"(expected {','.join(NAMES)})")
-    try:
-        # utf-8-sig: a byte-order mark (Excel writes one) is not part of the first name.
-        # Quoted names ("userId") are accepted: some CSV writers quote the header only.
-        names = tuple(n.strip('"') for n in first.decode("utf-8-sig").strip().split(","))
-    except UnicodeDecodeError:
-        raise VaecfError(f"{label}: line 1: header bytes are not UTF-8") from None
-    header = ",".join(names)
-    for name in REQUIRED:
-        if name not in names:
-            raise VaecfError(f"{label}: line 1: missing column '{name}' "
-                             f"(header is '{header}'; expected {', '.join(REQUIRED)})")
-    for name in names:
-        if names.count(name) > 1:
-            raise VaecfError(f"{label}: line 1: column '{name}' appears "
-                             f"{names.count(name)} times (header is '{header}')")
-    return names
+    return header_names(label, first, REQUIRED)
 
 
 def _csv_layout(names: tuple[str, ...]) -> CsvLayout:
