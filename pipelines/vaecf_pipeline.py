@@ -47,9 +47,14 @@ def retry_io(task: dsl.PipelineTask) -> dsl.PipelineTask:
 
 
 def data_steps(images: Images, dataset: Any, source: Any, protocol: Any, seed: Any,
-               s3_secret: Any) -> dsl.PipelineTask:
-    """download -> preprocess -> split, as every vaecf pipeline starts; the split task."""
-    fetched = download(dataset=dataset, source=source, seed=seed)
+               s3_secret: Any, columns: dict[str, Any]) -> dsl.PipelineTask:
+    """download -> preprocess -> split, as every vaecf pipeline starts; the split task.
+
+    Args:
+      columns: ``user_column``, ``item_column``, ``value_column``, ``value_kind``: the
+        pipeline parameters naming a ``table`` dataset's columns (unset for the others).
+    """
+    fetched = download(dataset=dataset, source=source, seed=seed, **columns)
     fetched.set_container_image(images.data)
     retry_io(use_s3_credentials(fetched, s3_secret))  # --source may be s3://
 
@@ -71,6 +76,10 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
     # parse and check the numbers (`--epochs 1OO` fails that step with one line).
     def vaecf(dataset: str = "synthetic",
               source: Optional[str] = None,  # noqa: UP045 (kfp needs typing.Optional)
+              user_column: Optional[str] = None,  # noqa: UP045
+              item_column: Optional[str] = None,  # noqa: UP045
+              value_column: Optional[str] = None,  # noqa: UP045
+              value_kind: Optional[str] = None,  # noqa: UP045
               protocol: str = "mission", seed: str = "98765", epochs: str = "50",
               batch_per_rank: str = "1024", lr_scaling: str = "sqrt",
               precision: str = "mixed_bfloat16", xla: str = "true", workers: str = "2",
@@ -78,7 +87,9 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
               nccl_debug: str = "WARN", s3_bucket: str = "vaecf", s3_prefix: str = "runs",
               s3_secret: str = "vaecf-s3", train_image: str = images.train,
               serve: str = "false", serve_image: str = images.serve) -> None:
-        splitted = data_steps(images, dataset, source, protocol, seed, s3_secret)
+        columns = {"user_column": user_column, "item_column": item_column,
+                   "value_column": value_column, "value_kind": value_kind}
+        splitted = data_steps(images, dataset, source, protocol, seed, s3_secret, columns)
 
         trained = train(split=splitted.outputs["split"],
                         run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, train_image=train_image,

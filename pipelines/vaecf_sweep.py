@@ -55,13 +55,19 @@ def build_sweep(images: Images = DEFAULT, parallelism: int = PARALLELISM,
     # Strings throughout, as in the main pipeline (`kfp run submit key=value` sends strings).
     def vaecf_sweep(dataset: str = "synthetic",
                     source: Optional[str] = None,  # noqa: UP045 (kfp needs typing.Optional)
+                    user_column: Optional[str] = None,  # noqa: UP045
+                    item_column: Optional[str] = None,  # noqa: UP045
+                    value_column: Optional[str] = None,  # noqa: UP045
+                    value_kind: Optional[str] = None,  # noqa: UP045
                     protocol: str = "mission", seed: str = "98765",
                     batch_per_rank: str = "1024", precision: str = "mixed_bfloat16",
                     xla: str = "true", workers: str = "2", gpus_per_worker: str = "1",
                     s3_bucket: str = "vaecf",
                     s3_prefix: str = "sweeps", s3_secret: str = "vaecf-s3",
                     train_image: str = images.train) -> None:
-        splitted = data_steps(images, dataset, source, protocol, seed, s3_secret)
+        columns = {"user_column": user_column, "item_column": item_column,
+                   "value_column": value_column, "value_kind": value_kind}
+        splitted = data_steps(images, dataset, source, protocol, seed, s3_secret, columns)
 
         with dsl.ParallelFor(items=items, parallelism=parallelism) as trial:
             # Each iteration has its own task id: the MPIJob's name derives from it.

@@ -154,6 +154,22 @@ def test_every_flag_parses_with_the_real_cli(compiled, task) -> None:
                                                          "/kfp/evaluation")
 
 
+def test_a_table_datasets_columns_reach_download_as_its_flags(compiled) -> None:
+    _, spec, _ = compiled
+    root = spec["root"]["inputDefinitions"]["parameters"]
+    names = ("user_column", "item_column", "value_column", "value_kind")
+    for name in names:
+        assert root[name] == {"isOptional": True, "parameterType": "STRING"}, name
+        assert tasks(spec)["download"]["inputs"]["parameters"][name] == {
+            "componentInputParameter": name}
+    assert not {"--user-column", "--value-kind"} & set(command_line(spec, "download"))
+    given = dict(zip(names, ("customer", "sku", "quantity", "plays"), strict=True))
+    line = command_line(spec, "download", dataset="table", source="s3://logs/2024/", **given)
+    args = build_parser("download").parse_args(line)
+    assert (args.dataset, args.source) == ("table", "s3://logs/2024/")
+    assert {name: getattr(args, name) for name in names} == given
+
+
 @pytest.mark.parametrize("task, name", [("download", "seed"), ("split", "seed"),
                                         ("train", "seed"), ("train", "epochs"),
                                         ("train", "batch_per_rank"), ("train", "workers"),
