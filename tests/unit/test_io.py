@@ -165,6 +165,16 @@ def test_a_path_from_data_that_leaves_through_a_link_is_refused(tmp_path: Path) 
     assert inside(tmp_path, "a//./b", "where") == tmp_path / "a" / "b"
 
 
+@pytest.mark.parametrize("name", ["k" * 256, "a/" + "é" * 128 + "/b"])
+def test_a_path_from_data_with_a_name_too_long_for_the_file_system_is_refused(
+        tmp_path: Path, name: str) -> None:
+    # Before: accepted, and the copy failed half-way with the file system's ENAMETOOLONG.
+    with pytest.raises(VaecfError, match=r"where: '.*'\.\.\. \(\d+ characters\) has a name of "
+                                         r"256 bytes \(at most 255\); refused"):
+        inside(tmp_path, name, "where")
+    assert inside(tmp_path, "k" * 255, "where") == tmp_path / ("k" * 255)
+
+
 @pytest.mark.parametrize("prefix,key", [("abs", "abs//{tmp}/evil"), ("up", "up/../../evil")])
 def test_an_s3_key_that_leaves_its_prefix_writes_nothing(s3_bucket: str, tmp_path: Path,
                                                         prefix: str, key: str) -> None:
