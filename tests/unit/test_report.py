@@ -198,7 +198,8 @@ def test_an_unverified_release_is_described_not_named() -> None:
 
 @pytest.mark.parametrize(("dataset", "name"), [
     ("ml-100k", "ML-100K"), ("ml-latest-small", "ML-latest-small"), ("ml-64m", "ML-64M"),
-    ("netflix", "Netflix Prize"), ("some-new-data", "some-new-data")])
+    ("netflix", "Netflix Prize"), ("table", "a table of interactions (your own data)"),
+    ("some-new-data", "some-new-data")])
 def test_display_names(dataset: str, name: str) -> None:
     assert data_identity.display_name(dataset) == name
 

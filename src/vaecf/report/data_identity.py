@@ -5,8 +5,8 @@
 named only when ``vaecf download`` recorded ``verified_release``: the files matched that
 release's published MD5. Otherwise the report says what it knows: a MovieLens-layout ratings
 file, its layout and the counts ``vaecf preprocess`` read. Datasets that have no releases and
-no published checksums (Netflix Prize, Last.fm 360K, Pinterest, synthetic) are named by the
-reader that read them, which only accepts their own layout.
+no published checksums (Netflix Prize, Last.fm 360K, Pinterest, synthetic, a user's own table)
+are named by the reader that read them, which only accepts their own layout.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 from vaecf.report.document import fmt_count
 
 NAMES = {"netflix": "Netflix Prize", "lastfm": "Last.fm 360K",
-         "pinterest": "Pinterest (pinterest-20)", "synthetic": "synthetic data"}
+         "pinterest": "Pinterest (pinterest-20)", "synthetic": "synthetic data",
+         "table": "a table of interactions (your own data)"}
 MOVIELENS_LAYOUT = "a MovieLens-layout ratings file"
 
 
