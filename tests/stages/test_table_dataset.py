@@ -316,3 +316,12 @@ def test_a_download_manifest_without_columns_is_one_line(cli, tmp_path: Path) ->
     preprocess_failed(cli("preprocess", "--input", tmp_path / "raw", "--output",
                           tmp_path / "pre"), tmp_path / "pre",
                       f"{path}: table: 'user_column': expected str, found missing")
+
+
+@pytest.mark.parametrize("name", ["clicks.txt", "clicks.csv.zip"])
+def test_a_file_that_is_neither_parquet_nor_csv(cli, tmp_path: Path, name: str) -> None:  # type: ignore[no-untyped-def]
+    # The format is the name's: a zip is not opened (nor fetched), whatever it holds.
+    source = _text(tmp_path / name, "user,item\nu,i\n")
+    download_failed(cli("download", "--dataset", "table", "--source", source, *IMPLICIT,
+                        "--output", tmp_path / "raw"), tmp_path / "raw",
+                    f"{source}: no *.parquet or *.csv files among {name}")

@@ -57,8 +57,8 @@ def download_dataset(dataset: Dataset, source: str | None, directory: Path,
     Args:
       source: overrides the default URL: one file (any scheme), a local directory or an
         ``s3://`` prefix ending in ``/`` (e.g. Netflix' per-movie files). Of a directory or
-        prefix, the data files and archives are taken, in subfolders too, keeping their
-        relative paths. A file with the same name as a registry file is checked against that
+        prefix, the data files and archives (if the dataset's reader opens them) are taken,
+        in subfolders too, keeping their relative paths. A file with the same name as a registry file is checked against that
         file's published MD5.
       synthetic: sizes and seed when ``dataset`` is ``synthetic``.
 
@@ -78,6 +78,10 @@ def download_dataset(dataset: Dataset, source: str | None, directory: Path,
         targets = _expand_source(source, READERS[dataset.reader])
     expected = {remote.name: remote for remote in dataset.files}
     where = source or "download"
+    reader = READERS[dataset.reader]
+    if not reader.archives:  # the names tell it all: check them before fetching
+        names = [name for _, name in targets]
+        check_data_files(dataset.reader, [n for n in names if reader.match(n)], names, where)
     dests = [(uri, name, inside(directory, name, where)) for uri, name in targets]
     return [_fetch_verified(uri, dest, name, expected.get(name), policy)
             for uri, name, dest in dests]

@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"threshold preset, one of: {', '.join(PROTOCOLS)} (mission: items "
                              ">= 5 users then users >= 5 items; paper: users >= 5 items only)")
     parser.add_argument("--min-rating", type=float, default=None,
-                        help="a rating is positive if >= this (default 4.0, i.e. > 3.5 stars)")
+                        help="a rating (MovieLens, Netflix, a table with --value-kind rating) "
+                             "is positive if >= this (default 4.0, i.e. > 3.5 stars)")
     parser.add_argument("--min-user-items", type=int, default=None,
                         help="drop users with fewer items (default: from the protocol, 5)")
     parser.add_argument("--min-item-users", type=int, default=None,
@@ -58,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--k-core", action="store_true",
                         help="repeat the item and user filters until nothing changes")
     parser.add_argument("--min-plays", type=int, default=None,
-                        help="Last.fm: a play count is positive if >= this (default 1)")
+                        help="Last.fm, and a table with --value-kind plays: a play count is "
+                             "positive if >= this (default 1)")
     return parser
 
 
