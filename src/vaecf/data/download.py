@@ -58,8 +58,8 @@ def download_dataset(dataset: Dataset, source: str | None, directory: Path,
       source: overrides the default URL: one file (any scheme), a local directory or an
         ``s3://`` prefix ending in ``/`` (e.g. Netflix' per-movie files). Of a directory or
         prefix, the data files and archives (if the dataset's reader opens them) are taken,
-        in subfolders too, keeping their relative paths. A file with the same name as a registry file is checked against that
-        file's published MD5.
+        in subfolders too, keeping their relative paths. A file with the same name as a
+        registry file is checked against that file's published MD5.
       synthetic: sizes and seed when ``dataset`` is ``synthetic``.
 
     Returns:
