@@ -122,7 +122,7 @@ def read_raw(reader: str, directory: Path, names: list[str], scratch: Path,
     found = READERS[reader]
     files = find_data_files(directory, names, found.match, scratch, found.archives)
     check_data_files(reader, [f.label for f in files], names, str(directory))
-    read = partial(found.read, columns=columns) if reader == "table" else found.read
+    read = partial(read_table_file, columns=columns) if reader == "table" else found.read
     parts: list[RawInteractions] = []
     bar = log.Progress(f"read {reader}", len(files), "files")
     for file in files:

@@ -118,7 +118,7 @@ def is_table_file(name: str) -> bool:
 
 def mixed_formats(labels: list[str]) -> str | None:
     """What is wrong with a table's data files being of more than one format, or None."""
-    first = {}
+    first: dict[str | None, str] = {}
     for label in labels:
         first.setdefault(table_format(label), label)
     if len(first) < 2:
