@@ -325,3 +325,26 @@ def test_a_file_that_is_neither_parquet_nor_csv(cli, tmp_path: Path, name: str) 
     download_failed(cli("download", "--dataset", "table", "--source", source, *IMPLICIT,
                         "--output", tmp_path / "raw"), tmp_path / "raw",
                     f"{source}: no *.parquet or *.csv files among {name}")
+
+
+def test_text_ids_reach_the_split_as_written(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # 60 users "u000".."u059" and their twins "0".."59" (integers in Parquet: decimal text),
+    # each with 6 of 12 items: every id a text, none merged with another.
+    users = [f"u{u:03d}" for u in range(60) for _ in range(6)]
+    items = [f"0{(u + k) % 12}" for u in range(60) for k in range(6)]
+    _parquet(tmp_path / "logs" / "a.parquet", {"user": users, "item": items})
+    _parquet(tmp_path / "logs" / "b.parquet", {"user": [int(u[1:]) for u in users],
+                                               "item": items})
+    code, _, err = cli("download", "--dataset", "table", "--source", tmp_path / "logs",
+                       *IMPLICIT, "--output", tmp_path / "raw")
+    assert code == 0, err
+    code, _, err = cli("preprocess", "--input", tmp_path / "raw", "--output", tmp_path / "pre")
+    assert code == 0, err
+    code, _, err = cli("split", "--input", tmp_path / "pre", "--output", tmp_path / "split")
+    assert code == 0, err
+    user_index = pq.read_table(tmp_path / "split" / "user_index.parquet")
+    item_index = pq.read_table(tmp_path / "split" / "item_index.parquet")
+    assert user_index.schema.field("user_id").type == pa.string()
+    assert sorted(user_index["user_id"].to_pylist()) == sorted(
+        [f"u{u:03d}" for u in range(60)] + [str(u) for u in range(60)])
+    assert sorted(item_index["item_id"].to_pylist()) == sorted(f"0{i}" for i in range(12))
