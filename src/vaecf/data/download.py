@@ -70,15 +70,15 @@ def download_dataset(dataset: Dataset, source: str | None, directory: Path,
         if synthetic is None:
             raise VaecfError("synthetic dataset needs its sizes and seed")
         return [_generate(directory, synthetic)]
+    reader = READERS[dataset.reader]
     if source is None:
         if dataset.requires_source:
             raise VaecfError(f"--source: required for dataset '{dataset.name}' ({dataset.note})")
         targets = [(remote.url, remote.name) for remote in dataset.files]
     else:
-        targets = _expand_source(source, READERS[dataset.reader])
+        targets = _expand_source(source, reader)
     expected = {remote.name: remote for remote in dataset.files}
     where = source or "download"
-    reader = READERS[dataset.reader]
     if not reader.archives:  # the names tell it all: check them before fetching
         names = [name for _, name in targets]
         check_data_files(dataset.reader, [n for n in names if reader.match(n)], names, where)
