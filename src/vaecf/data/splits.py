@@ -14,7 +14,7 @@ A split directory holds, per DESIGN.md section 3:
   and ``train_row_groups``: ``[first user_idx, rows]`` of each row group of ``train.parquet``
   (sorted by user_idx, item_idx; groups of at most ``ROW_GROUP_ROWS`` rows), so that a
   Horovod rank reads only the groups that hold its share of the training users
-  (``load_split(directory, train_users=...)``), never the whole training matrix.
+  (``load_split(directory, train_share=...)``), never the whole training matrix.
 
 NPZ and Parquet files are written byte-deterministically (fixed zip timestamps), so the same
 data and seed give byte-identical files.
