@@ -60,8 +60,9 @@ def products(x: sp.csr_matrix, shards: list[slice], mine: int,
             z = np.asarray(x @ y.T)
         else:
             assert broadcast is not None
-            z = sum(np.asarray(x[:, columns] @ broadcast(y, s).T)
-                    for s, columns in enumerate(shards))
+            z = np.zeros((x.shape[0], y.shape[0]))
+            for s, columns in enumerate(shards):  # one shard of Y held at a time
+                z += np.asarray(x[:, columns] @ broadcast(y, s).T)
         out = y
         for s, columns in enumerate(shards):  # every process takes part in every sum
             part = sum_users(np.asarray(x[:, columns].T @ z))

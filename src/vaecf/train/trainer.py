@@ -4,8 +4,10 @@ Rank 0 alone validates, checkpoints and keeps the best weights; the other ranks 
 With item shards (``--shard-items``) every rank validates (a collective), checkpoints and
 keeps the best weights of its own shard.
 State that must survive a restart is exactly what ``checkpoint`` stores, so a resumed run
-continues the same trajectory: the permutation of each epoch is a function of (seed, epoch)
-and the model's noise a function of (seed, step, user), both recorded in the checkpoint.
+continues the same trajectory: the permutations of each epoch are a function of (seed,
+epoch, pass, rank) over each rank's share of the users (``data.all_ranks_users``; the same
+shares again on the same number of processes, or ``--user-shares``) and the model's noise a
+function of (seed, step, user), both recorded in the checkpoint.
 """
 
 from __future__ import annotations
@@ -324,17 +326,20 @@ class Trainer:
         too); replicas then take rank 0's result, so they never drift apart.
         """
         config, shard, runtime = self.config, self.model.shard, self.runtime
+
+        def sum_over_ranks(partial: np.ndarray) -> np.ndarray:
+            return dist.allreduce_sum(partial, runtime)
+
+        reduce_items: slim.ReduceSum = slim.alone
         if shard is None:
-            shards, mine, reduce_items = [slice(0, self.model.n_padded)], 0, slim.alone
+            shards, mine = [slice(0, self.model.n_padded)], 0
         else:
             shards = [slice(s * shard.width, (s + 1) * shard.width) for s in range(shard.size)]
-            mine = shard.rank
-            reduce_items = lambda partial: dist.allreduce_sum(partial, runtime)  # noqa: E731
+            mine, reduce_items = shard.rank, sum_over_ranks
         padding = sp.csr_matrix((self.train.shape[0], shards[-1].stop - self.n_items),
                                 dtype=self.train.dtype)
         counts, cooccur = slim.products(
-            sp.hstack([self.train, padding], format="csr"), shards, mine,
-            lambda partial: dist.allreduce_sum(partial, runtime),
+            sp.hstack([self.train, padding], format="csr"), shards, mine, sum_over_ranks,
             lambda value, root: dist.broadcast_array(value, root, runtime))
         for variable, item_axis in self.model.item_embeddings():
             w = variable.numpy().T if item_axis == 0 else variable.numpy()
