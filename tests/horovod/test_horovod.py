@@ -41,17 +41,33 @@ def losses(output: Path) -> list[float]:
     return [json.loads(line)["loss"] for line in lines]
 
 
-def test_two_ranks_with_global_batch_b_match_one_process(synthetic_split, tmp_path: Path
-                                                         ) -> None:
+def test_two_ranks_each_reading_its_share_match_one_process_of_two_shares(
+        synthetic_split, tmp_path: Path) -> None:
+    """Each rank loads only its share of the training pairs (at most half of them, plus
+    the row groups' edges, as the manifest records from what each rank loaded), and the
+    two ranks' steps equal one process training the same batches (``--user-shares 2``)."""
     split = synthetic_split(n_users=600, n_items=300, seed=0)
     code, out = finish(horovodrun(split, tmp_path / "two", "--epochs", "3",
                                   "--expect-world-size", "2", "--expect-hosts", "1"))
     assert code == 0, out[-3000:]
     assert main(["train", "--split", str(split), "--output", str(tmp_path / "one"),
-                 "--epochs", "3", *FLAGS]) == 0
+                 "--epochs", "3", "--user-shares", "2", *FLAGS]) == 0
     np.testing.assert_allclose(losses(tmp_path / "two"), losses(tmp_path / "one"), rtol=1e-5)
     manifest = json.loads((tmp_path / "two" / "train_manifest.json").read_text())
     assert manifest["world_size"] == 2
+    made = json.loads((split / "dataset_manifest.json").read_text())
+    nnz, groups = made["counts"]["pairs"]["train"], made["train_row_groups"]
+    assert len(groups) >= 8  # each rank can read a part of the file
+    shares = manifest["counts"]["train_share"]
+    users = manifest["counts"]["train_users"]
+    assert [s["users"] for s in shares] == [[0, users // 2], [users // 2, users]]
+    assert sum(s["pairs"] for s in shares) == nnz
+    for share in shares:
+        assert share["pairs"] <= nnz / 2 * 1.1, share
+        assert share["pairs"] <= share["pairs_read"] <= share["pairs"] + 2 * 1024, share
+    one = json.loads((tmp_path / "one" / "train_manifest.json").read_text())
+    assert one["counts"]["train_share"] == [{"users": [0, users], "pairs": nnz,
+                                             "pairs_read": nnz}]
     digests = manifest["replica_weight_sha256"]
     assert len(digests) == 2 and digests[0] == digests[1]  # identical weights on both ranks
     ends = [np.load(tmp_path / f"{name}-checkpoints" / "epoch-000003" / "state.npz")
@@ -69,8 +85,8 @@ RECVAE = ["--kl-per-item", "0.005", "--composite-prior", "--alternate", "1",
 def test_every_training_option_on_two_ranks_matches_one_process(synthetic_split, tmp_path: Path,
                                                                 shard: bool) -> None:
     """RecVAE's options and ImplicitSLIM's step together, on two ranks (with the items
-    sharded, its closed form by shard) as in one process: the same losses, validation and
-    exported model."""
+    sharded, its closed form by shard), each holding its share of the users, as one process
+    training the same batches: the same losses, validation and exported model."""
     split = synthetic_split(n_users=600, n_items=300, seed=0)
     flags = ["--epochs", "2", *RECVAE]
     # two traced steps (encoder and decoder passes) per rank: 5 minutes was not enough on a
@@ -79,7 +95,7 @@ def test_every_training_option_on_two_ranks_matches_one_process(synthetic_split,
                                   *(["--shard-items"] if shard else [])), timeout=900)
     assert code == 0, out[-3000:]
     assert main(["train", "--split", str(split), "--output", str(tmp_path / "one"), *flags,
-                 *FLAGS]) == 0
+                 "--user-shares", "2", *FLAGS]) == 0  # the two ranks' batches, in one
     np.testing.assert_allclose(losses(tmp_path / "two"), losses(tmp_path / "one"), rtol=1e-4)
     vals = [[json.loads(line)["val"]["ndcg_at_100"] for line in
              (tmp_path / name / "train_log.jsonl").read_text().splitlines()]

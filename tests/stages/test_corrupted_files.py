@@ -144,6 +144,8 @@ FILES: dict[tuple[str, str], dict[str, Callable[[bytes], bytes]]] = {
     ("split", "dataset_manifest.json"): {**JSON_DAMAGE, "text-number": _set("n_items", "x"),
                                          "text-count": _set("n_users.train", "many")},
     ("split", "train.npz"): NPZ_DAMAGE,
+    ("split", "train.parquet"): {**PARQUET_DAMAGE, "list-index": _list_column("user_idx"),
+                                 "float-index": _float_column("item_idx")},
     ("split", "item_index.parquet"): {**PARQUET_DAMAGE,
                                       "list-ids": _list_column("item_id"),
                                       "float-index": _float_column("item_idx")},
@@ -163,7 +165,8 @@ READERS: dict[tuple[str, str], list[str]] = {
     ("inter", "preprocess_manifest.json"): ["split"],
     ("inter", "interactions.parquet"): ["split"],
     ("split", "dataset_manifest.json"): ["train", "evaluate-popularity"],
-    ("split", "train.npz"): ["train", "evaluate-popularity"],
+    ("split", "train.npz"): ["evaluate-popularity"],  # training reads train.parquet
+    ("split", "train.parquet"): ["train"],
     ("split", "item_index.parquet"): ["train", "evaluate-popularity"],
     ("model", "train_manifest.json"): ["evaluate-model", "recommend", "report-model"],
     ("model", "item_index.parquet"): ["recommend"],

@@ -12,6 +12,7 @@ import pytest
 import scipy.sparse as sp
 import tensorflow as tf
 
+from vaecf.baselines import Popularity
 from vaecf.errors import VaecfError
 from vaecf.model import MultVAE
 from vaecf.serve.model import ServedModel, item_id_map
@@ -30,7 +31,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model.build_variables()
     path = tmp_path_factory.mktemp("export") / "saved_model"
     export(model.get_weights(), n_items=N_ITEMS, hidden=8, latent=4, path=path, item_ids=IDS,
-           train=TRAIN)
+           popularity=Popularity(TRAIN).counts)
     return path
 
 
@@ -99,7 +100,7 @@ def test_ids_must_be_distinct(tmp_path: Path) -> None:
     model.build_variables()
     with pytest.raises(ValueError, match="expected 3 distinct ids"):
         export(model.get_weights(), n_items=3, hidden=4, latent=2, path=tmp_path / "m",
-               item_ids=np.array([1, 1, 2]), train=sp.csr_matrix((2, 3)))
+               item_ids=np.array([1, 1, 2]), popularity=np.zeros(3))
 
 
 def test_waiting_requests_share_one_model_call(saved: Path) -> None:

@@ -8,15 +8,62 @@ import scipy.sparse as sp
 from vaecf.train import data
 
 
-def test_ranks_split_exactly_the_single_process_batches() -> None:
+def test_one_process_batches_are_the_epochs_seeded_permutation() -> None:
     single = data.epoch_users(10, seed=3, epoch=2, steps=3, batch_size=4, world_size=1, rank=0)
-    ranks = [data.epoch_users(10, seed=3, epoch=2, steps=3, batch_size=4, world_size=2, rank=r)
-             for r in range(2)]
-    assert single.shape == (3, 4) and ranks[0].shape == (3, 2)
-    np.testing.assert_array_equal(np.concatenate(ranks, axis=1), single)
+    order = np.random.default_rng([3, 2]).permutation(10)  # the key runs have always used
+    np.testing.assert_array_equal(single.ravel(), np.resize(order, 12))
     # one epoch = every user once, then the last batch wraps around to the start
     assert sorted(single.ravel()[:10]) == list(range(10))
     np.testing.assert_array_equal(single.ravel()[10:], single.ravel()[:2])
+
+
+def test_each_rank_draws_its_batches_from_its_own_share() -> None:
+    """Rank r of W trains users [r*n/W, (r+1)*n/W) by its own permutation of them, for
+    (seed, epoch, pass, rank); every rank takes the same steps, wrapping its shorter share."""
+    everyone = data.all_ranks_users(11, seed=3, epoch=2, steps=3, batch_size=8, world_size=2)
+    assert everyone.shape == (3, 2, 4)
+    shares = [range(0, 5), range(5, 11)]
+    for rank, share in enumerate(shares):
+        ours = everyone[:, rank].ravel()
+        assert data.user_share(11, 2, rank) == share
+        assert sorted(ours[:len(share)]) == list(share)  # each of its users once, then wraps
+        np.testing.assert_array_equal(ours[len(share):], ours[:12 - len(share)])
+        np.testing.assert_array_equal(
+            ours[:len(share)], share.start + np.random.default_rng([3, 2, 0, rank]).permutation(
+                len(share)))
+        np.testing.assert_array_equal(everyone[:, rank], data.epoch_users(
+            11, seed=3, epoch=2, steps=3, batch_size=8, world_size=2, rank=rank))
+    again = data.all_ranks_users(11, seed=3, epoch=2, steps=3, batch_size=8, world_size=2)
+    np.testing.assert_array_equal(again, everyone)  # any rank computes every rank's users
+    other_pass = data.all_ranks_users(11, seed=3, epoch=2, steps=3, batch_size=8,
+                                      world_size=2, pass_index=1)
+    assert not np.array_equal(other_pass, everyone)
+
+
+def test_a_share_gathers_the_rows_the_whole_matrix_gathers() -> None:
+    """A rank holding only its share's rows builds the batches a maker of the whole matrix
+    builds for the same users (global user_idx kept), on the host and resident alike; and
+    one epoch size, from every user's lengths, is the same on every rank."""
+    rng = np.random.default_rng(4)
+    matrix = sp.random(30, 20, density=0.2, format="csr", random_state=rng, dtype=np.float32)
+    matrix.data[:] = 1.0
+    everyone = data.all_ranks_users(30, seed=0, epoch=1, steps=4, batch_size=6, world_size=2)
+    lengths = np.diff(matrix.indptr).astype(np.int64)
+    sizes = []
+    for rank in (0, 1):
+        share = data.user_share(30, 2, rank)
+        part = matrix[share.start:share.stop]
+        for device in (None, "/CPU:0"):
+            ours = list(data.batches(data.BatchMaker(part, 4, device=device,
+                                                     first=share.start), everyone[:, rank]))
+            whole = list(data.batches(data.BatchMaker(matrix, 4), everyone[:, rank]))
+            for a, b in zip(ours, whole, strict=True):
+                for field_a, field_b in zip(a, b, strict=True):
+                    np.testing.assert_array_equal(field_a.numpy(), field_b.numpy())
+        maker = data.BatchMaker(part, 4, one_size=True, first=share.start, lengths=lengths)
+        sizes.append(maker.padded_sizes(everyone, rank))
+    np.testing.assert_array_equal(sizes[0], sizes[1])
+    assert sizes[0][0] >= lengths[everyone].sum(axis=2).max()
 
 
 def test_each_epoch_has_its_own_seeded_permutation() -> None:
@@ -53,7 +100,7 @@ def test_batches_are_the_csr_rows_padded_with_zero_entries() -> None:
 
 def test_pad_granule_is_a_power_of_two_near_a_32nd_of_a_batch() -> None:
     matrix = sp.random(1000, 20000, density=73 / 20000, format="csr", random_state=0)
-    granule = data.pad_granule(matrix, 2048)
+    granule = data.pad_granule(matrix.nnz, matrix.shape[0], 2048)
     assert granule & (granule - 1) == 0
     assert 2048 * 73 / 64 <= granule <= 2048 * 73 / 32
 

@@ -20,6 +20,7 @@ import scipy.sparse as sp
 import tensorflow as tf
 from scipy.stats import norm
 
+from vaecf.baselines import Popularity
 from vaecf.model import MultVAE, SparseBatch
 from vaecf.model.vae import PHASES
 from vaecf.train import horovod as dist
@@ -257,13 +258,13 @@ def test_the_exported_model_of_every_option_serves_the_same_signatures(tmp_path:
     ids = np.arange(N_ITEMS) + 100
     _, plain = make_step()
     export(plain.get_weights(), n_items=N_ITEMS, hidden=16, latent=4, path=tmp_path / "plain",
-           item_ids=ids, train=train)
+           item_ids=ids, popularity=Popularity(train).counts)
     _, model = make_step(**OPTIONS)
     frozen = {id(v) for v in model.prior_variables()}
     weights = [w for v, w in zip(model.weights, model.get_weights(), strict=True)
                if id(v) not in frozen]
     export(weights, n_items=N_ITEMS, hidden=16, latent=4, encoder_layers=3,
-           path=tmp_path / "deep", item_ids=ids, train=train)
+           path=tmp_path / "deep", item_ids=ids, popularity=Popularity(train).counts)
     plain_loaded, deep_loaded = (tf.saved_model.load(str(tmp_path / name))
                                  for name in ("plain", "deep"))
     for name, signature in plain_loaded.signatures.items():
@@ -293,45 +294,62 @@ def implicit_slim_reference(w: np.ndarray, x: np.ndarray, lam: float, alpha: flo
 
 
 def test_implicit_slim_matches_the_formula_with_the_item_gram_matrix() -> None:
-    from vaecf.model.implicit_slim import embeddings
+    from vaecf.model.implicit_slim import embeddings, products
 
     rng = np.random.default_rng(2)
     x = (rng.random((30, 12)) < 0.3).astype(np.float64)
     w = rng.normal(size=(4, 12))
-    got = embeddings(w, sp.csr_matrix(x), 5.0, 0.7, 3)
+    got = embeddings(w, *products(sp.csr_matrix(x), [slice(0, 12)], 0), 5.0, 0.7, 3)
     np.testing.assert_allclose(got, implicit_slim_reference(w, x, 5.0, 0.7, 3), rtol=1e-9)
     assert not np.allclose(got, w)
 
 
-def test_implicit_slim_by_item_shards_is_the_whole() -> None:
-    """Two shards of the items, each summing its partial sums with the other's (the
-    allreduce of ``--shard-items``), give the whole computation's columns."""
-    from vaecf.model.implicit_slim import embeddings
+@pytest.mark.parametrize("item_shards", [False, True], ids=["replicated", "shard-items"])
+def test_implicit_slim_by_user_shares_is_the_whole(item_shards: bool) -> None:
+    """Two processes, each holding its share of the users' rows (and with ``--shard-items``
+    its half of the items), summing their partial sums with the other's (Horovod's
+    allreduce) and taking each other's shard of ``Y`` (its broadcast), give the whole
+    computation's columns."""
+    from vaecf.model.implicit_slim import alone, embeddings, products
 
     rng = np.random.default_rng(3)
     x = sp.csr_matrix((rng.random((25, 16)) < 0.3).astype(np.float32))
     w = rng.normal(size=(5, 16)).astype(np.float32)
-    whole = embeddings(w, x, 4.0, 1.0, 2)
-    barrier, partials = threading.Barrier(2), [None, None]
+    whole = embeddings(w, *products(x, [slice(0, 16)], 0), 4.0, 1.0, 2)
+    barrier, shared = threading.Barrier(2), [None, None]
     results: list[np.ndarray | None] = [None, None]
 
-    def shard(rank: int) -> None:
-        def reduce_sum(partial: np.ndarray) -> np.ndarray:
-            partials[rank] = partial
-            barrier.wait()
-            total = partials[0] + partials[1]
-            barrier.wait()
-            return total
+    def exchange(rank: int, value: np.ndarray) -> list[np.ndarray]:
+        shared[rank] = value
+        barrier.wait()
+        both = list(shared)
+        barrier.wait()
+        return both
 
-        columns = slice(8 * rank, 8 * rank + 8)
-        results[rank] = embeddings(w[:, columns], x[:, columns], 4.0, 1.0, 2, reduce_sum)
+    def process(rank: int) -> None:
+        def sum_over(value: np.ndarray) -> np.ndarray:
+            first, second = exchange(rank, value)
+            return first + second
 
-    threads = [threading.Thread(target=shard, args=(rank,)) for rank in (0, 1)]
+        def broadcast(value: np.ndarray, root: int) -> np.ndarray:
+            return exchange(rank, value)[root]
+
+        users = slice(0, 12) if rank == 0 else slice(12, 25)  # unequal shares
+        shards = [slice(0, 8), slice(8, 16)] if item_shards else [slice(0, 16)]
+        mine = rank if item_shards else 0
+        counts, cooccur = products(x[users], shards, mine, sum_over, broadcast)
+        results[rank] = embeddings(w[:, shards[mine]], counts, cooccur, 4.0, 1.0, 2,
+                                   sum_over if item_shards else alone)
+
+    threads = [threading.Thread(target=process, args=(rank,)) for rank in (0, 1)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    np.testing.assert_allclose(np.concatenate(results, axis=1), whole, rtol=1e-5, atol=1e-6)
+    got = np.concatenate(results, axis=1) if item_shards else results[0]
+    np.testing.assert_allclose(got, whole, rtol=1e-5, atol=1e-6)
+    if not item_shards:
+        np.testing.assert_array_equal(results[1], results[0])
 
 
 def test_vaecf_train_with_every_option_exports_a_model_evaluate_reads(

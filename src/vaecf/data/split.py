@@ -28,10 +28,12 @@ import scipy.sparse as sp
 from vaecf.data.splits import (
     HELDOUT_SPLITS,
     MANIFEST_STAGE,
+    ROW_GROUPS,
     SPLITS,
     matrix_names,
     save_csr,
     save_parquet,
+    save_train_parquet,
 )
 from vaecf.errors import VaecfError
 from vaecf.io.manifest import write_manifest
@@ -159,8 +161,11 @@ def write_split(result: SplitResult, directory: Path, *, inputs: dict[str, Any],
             (np.ones(len(rows), np.float32), (user_idx - user_offset[split], item_idx)),
             shape=(n_users[split], n_items))
         save_csr(directory / f"{part}.npz", matrix)
-        save_parquet(directory / f"{part}.parquet",
-                     pa.table({"user_idx": user_idx, "item_idx": item_idx}))
+        table = pa.table({"user_idx": user_idx, "item_idx": item_idx})
+        if part == "train":  # in row groups a rank can read alone: its share
+            row_groups = save_train_parquet(directory / "train.parquet", table)
+        else:
+            save_parquet(directory / f"{part}.parquet", table)
         pair_counts[part] = len(rows)
     save_parquet(directory / "user_index.parquet", pa.Table.from_pandas(
         result.users, preserve_index=False))
@@ -171,7 +176,7 @@ def write_split(result: SplitResult, directory: Path, *, inputs: dict[str, Any],
         counts={**result.counts, "pairs": pair_counts, "users": n_users, "items": n_items},
         started=started,
         extra={"dataset": dataset, "n_items": n_items, "n_users": n_users,
-               "user_offset": user_offset})
+               "user_offset": user_offset, ROW_GROUPS: row_groups})
 
 
 def write_synthetic_split(directory: Path, n_users: int, n_items: int, seed: int,

@@ -10,7 +10,11 @@ A split directory holds, per DESIGN.md section 3:
 - ``user_index.parquet`` (``user_idx``, ``user_id``, ``split``) and ``item_index.parquet``
   (``item_idx``, ``item_id``). ``user_idx`` is contiguous: train users first, then val,
   then test, so row r of a split's matrices is user ``user_offset[split] + r``.
-- ``dataset_manifest.json`` with ``n_items``, ``n_users`` per split and ``user_offset``.
+- ``dataset_manifest.json`` with ``n_items``, ``n_users`` per split and ``user_offset``,
+  and ``train_row_groups``: ``[first user_idx, rows]`` of each row group of ``train.parquet``
+  (sorted by user_idx, item_idx; groups of at most ``ROW_GROUP_ROWS`` rows), so that a
+  Horovod rank reads only the groups that hold its share of the training users
+  (``load_split(directory, train_share=...)``), never the whole training matrix.
 
 NPZ and Parquet files are written byte-deterministically (fixed zip timestamps), so the same
 data and seed give byte-identical files.
@@ -31,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
+from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io.manifest import read_manifest
 from vaecf.io.readers import IDS, INDEX, field, read_npz_csr, read_parquet
@@ -39,6 +44,9 @@ SPLITS = ("train", "val", "test")
 HELDOUT_SPLITS = ("val", "test")
 PARTS = ("fold_in", "holdout")
 MANIFEST_STAGE = "dataset"
+ROW_GROUPS = "train_row_groups"
+ROW_GROUP_ROWS = 1 << 16  # 512 KiB of (user_idx, item_idx) int32 pairs before compression
+MIN_GROUP_ROWS = 1024
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
@@ -71,15 +79,39 @@ def save_csr(path: Path, matrix: sp.csr_matrix) -> None:
             archive.writestr(info, buffer.getvalue())
 
 
-def save_parquet(path: Path, table: pa.Table) -> None:
-    """Write a Parquet file deterministically (no pandas index, fixed options)."""
+def save_parquet(path: Path, table: pa.Table, row_group_rows: int | None = None) -> None:
+    """Write a Parquet file deterministically (no pandas index, fixed options), in row
+    groups of ``row_group_rows`` rows (the last one shorter; None: pyarrow's default)."""
     pq.write_table(table, path, compression="zstd", use_dictionary=True,
-                   write_statistics=True, store_schema=True)
+                   write_statistics=True, store_schema=True, row_group_size=row_group_rows)
+
+
+def row_group_rows(n_rows: int) -> int:
+    """Rows per group of ``train.parquet``: at most ``ROW_GROUP_ROWS`` (a rank reads at most
+    two groups' rows beyond its share: 1 MiB of pairs), and at least 256 groups down to
+    ``MIN_GROUP_ROWS`` rows, so that the ranks of a small split also read little more than
+    their share."""
+    return min(ROW_GROUP_ROWS, max(MIN_GROUP_ROWS, -(-n_rows // 256)))
+
+
+def save_train_parquet(path: Path, table: pa.Table) -> list[list[int]]:
+    """Write the training pairs (``user_idx``-sorted) in row groups of ``row_group_rows``.
+
+    Returns:
+      ``[first user_idx, rows]`` of each row group: the manifest's ``train_row_groups``.
+    """
+    rows = row_group_rows(table.num_rows)
+    save_parquet(path, table, rows)
+    users = table.column("user_idx").to_numpy()
+    return [[int(users[start]), min(rows, len(users) - start)]
+            for start in range(0, len(users), rows)]
 
 
 @dataclass(frozen=True)
 class Split:
-    """A loaded split. Matrices are CSR, float32, shape (users in the split, n_items)."""
+    """A loaded split. Matrices are CSR, float32, shape (users in the split, n_items);
+    ``train`` holds the training users loaded (all of them, or a rank's share): row r is
+    training user ``train_first + r``."""
 
     directory: Path
     manifest: dict[str, Any]
@@ -89,10 +121,22 @@ class Split:
     test_fold_in: sp.csr_matrix
     test_holdout: sp.csr_matrix
     item_ids: np.ndarray  # (n_items,): raw item id of each item_idx
+    train_first: int = 0
+    train_rows_read: int = 0  # training pairs read from disk to load ``train``
+
+    @property
+    def n_train_pairs(self) -> int:
+        """Every training user's pairs, loaded or not."""
+        return int(self.manifest["counts"]["pairs"]["train"])
 
     @property
     def n_items(self) -> int:
         return int(self.manifest["n_items"])
+
+    @property
+    def n_train_users(self) -> int:
+        """Every training user, loaded or not."""
+        return int(self.manifest["n_users"]["train"])
 
     @property
     def digest(self) -> str:
@@ -119,10 +163,25 @@ def split_digest(manifest: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(table, sort_keys=True).encode()).hexdigest()
 
 
-def load_split(directory: Path) -> Split:
-    """Load and verify a split directory (manifest present, checksums and shapes consistent)."""
-    read = [f"{name}.npz" for name in matrix_names()] + ["item_index.parquet",
-                                                         "user_index.parquet"]
+def user_share(n_users: int, shares: int, share: int) -> range:
+    """The training users of share ``share`` of ``shares`` (Horovod rank ``share`` trains
+    them): a contiguous range, ``[share * n / shares, (share + 1) * n / shares)``."""
+    return range(share * n_users // shares, (share + 1) * n_users // shares)
+
+
+def load_split(directory: Path, train_share: tuple[int, int] | None = None) -> Split:
+    """Load and verify a split directory (manifest present, checksums and shapes consistent).
+
+    Args:
+      train_share: ``(share, shares)``: load the rows of ``user_share(n, shares, share)``
+        alone (a Horovod rank's), read from the row groups of ``train.parquet`` that hold
+        them (a split made before its manifest listed ``train_row_groups`` is read whole
+        from ``train.npz``, then sliced). None: every training user, from ``train.npz``.
+    """
+    read = [f"{name}.npz" for name in matrix_names()[1:]] + ["item_index.parquet",
+                                                             "user_index.parquet"]
+    if train_share is None:
+        read.append("train.npz")
     manifest = read_manifest(directory, MANIFEST_STAGE, required=read)
     where = f"{directory}/dataset_manifest.json"
     n_items = field(manifest, "n_items", where, "int")
@@ -131,19 +190,83 @@ def load_split(directory: Path) -> Split:
     offsets = field(manifest, "user_offset", where, "dict")
     for s in SPLITS:
         field(offsets, s, f"{where}: user_offset", "int")
-    matrices: dict[str, sp.csr_matrix] = {}
-    for name in matrix_names():
-        path = directory / f"{name}.npz"
-        matrix = read_npz_csr(path).astype(np.float32)
-        expected = (n_users[name.split("_")[0]], n_items)
-        if matrix.shape != expected:
-            raise VaecfError(f"{path}: shape {matrix.shape} does not match the manifest's "
-                             f"{expected}")
-        matrices[name] = matrix
+    matrices = {name: _matrix(directory, name, (n_users[name.split("_")[0]], n_items))
+                for name in matrix_names()[1:]}
+    pairs = field(field(manifest, "counts", where, "dict"), "pairs", f"{where}: counts", "dict")
+    field(pairs, "train", f"{where}: counts: pairs", "int")
+    train_users = range(n_users["train"])
+    if train_share is None:
+        matrices["train"] = _matrix(directory, "train", (n_users["train"], n_items))
+        read_rows = matrices["train"].nnz
+    else:
+        train_users = user_share(n_users["train"], train_share[1], train_share[0])
+        matrices["train"], read_rows = _train_rows(directory, manifest, train_users, n_items)
     items = read_parquet(directory / "item_index.parquet",
                          {"item_idx": INDEX, "item_id": IDS}).to_pandas()
     if len(items) != n_items or not np.array_equal(items["item_idx"].to_numpy(),
                                                     np.arange(n_items)):
         raise VaecfError(f"{directory}/item_index.parquet: does not list item_idx 0..{n_items - 1}")
     return Split(directory=directory, manifest=manifest, item_ids=items["item_id"].to_numpy(),
-                 **matrices)
+                 train_first=train_users.start, train_rows_read=read_rows, **matrices)
+
+
+def _matrix(directory: Path, name: str, shape: tuple[int, int]) -> sp.csr_matrix:
+    path = directory / f"{name}.npz"
+    matrix = read_npz_csr(path).astype(np.float32)
+    if matrix.shape != shape:
+        raise VaecfError(f"{path}: shape {matrix.shape} does not match the manifest's {shape}")
+    return matrix
+
+
+def _train_rows(directory: Path, manifest: dict[str, Any], users: range,
+                n_items: int) -> tuple[sp.csr_matrix, int]:
+    """CSR [len(users), n_items]: the training rows of ``users`` alone, from the row groups
+    of ``train.parquet`` that hold them (the manifest lists each group's first user), and
+    the pairs read to find them."""
+    if ROW_GROUPS not in manifest:
+        log.info(f"{directory}: made before training read only each rank's share (no "
+                 f"{ROW_GROUPS} in its manifest): reading train.npz whole; remake it with "
+                 "'vaecf split' to read only the share")
+        _listed(directory, manifest, "train.npz")
+        matrix = _matrix(directory, "train", (int(manifest["n_users"]["train"]), n_items))
+        return matrix[users.start:users.stop], matrix.nnz
+    path = _listed(directory, manifest, "train.parquet")
+    firsts, rows = _row_groups(manifest, f"{directory}/dataset_manifest.json")
+    after = np.append(firsts[1:], np.iinfo(np.int64).max)  # a user may straddle two groups
+    chosen = np.flatnonzero((firsts < users.stop) & (after >= users.start))
+    table = read_parquet(path, {"user_idx": INDEX, "item_idx": INDEX},
+                         row_groups=chosen.tolist(), group_rows=rows.tolist())
+    user = table.column("user_idx").to_numpy().astype(np.int64)
+    item = table.column("item_idx").to_numpy().astype(np.int64)
+    starts = np.cumsum(rows[chosen]) - rows[chosen]  # each chosen group's first row
+    if (user[starts] != firsts[chosen]).any() or (np.diff(user) < 0).any():
+        raise VaecfError(f"{path}: its rows are not sorted by user_idx from the first users "
+                         f"the manifest lists for its row groups")
+    if len(item) and not 0 <= item.min() <= item.max() < n_items:
+        raise VaecfError(f"{path}: item_idx outside 0..{n_items - 1}")
+    keep = (user >= users.start) & (user < users.stop)
+    matrix = sp.csr_matrix((np.ones(int(keep.sum()), np.float32),
+                            (user[keep] - users.start, item[keep])),
+                           shape=(len(users), n_items))
+    matrix.sum_duplicates()
+    return matrix, len(user)
+
+
+def _listed(directory: Path, manifest: dict[str, Any], name: str) -> Path:
+    """``directory / name``, which the manifest lists (and ``read_manifest`` verified)."""
+    if name not in manifest["files"]:
+        raise VaecfError(f"{directory / name}: not listed in {MANIFEST_STAGE}_manifest.json "
+                         "(is it the output of 'vaecf split'?)")
+    return directory / name
+
+
+def _row_groups(manifest: dict[str, Any], where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(first user, rows) of each row group of ``train.parquet``, int64 [groups] each."""
+    groups = field(manifest, ROW_GROUPS, where, "list")
+    if not all(isinstance(g, list) and len(g) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in g)
+            for g in groups):
+        raise VaecfError(f"{where}: '{ROW_GROUPS}': expected [first user_idx, rows] pairs "
+                         "of non-negative integers")
+    pairs = np.array(groups, dtype=np.int64).reshape(-1, 2)
+    return pairs[:, 0], pairs[:, 1]

@@ -14,7 +14,7 @@ import math
 import os
 import stat
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,23 +121,39 @@ INDEX = "index"  # contiguous indices: integers
 NUMBER = "number"  # integers or floats
 
 
-def read_parquet(path: Path, columns: Mapping[str, str], where: str | None = None) -> Any:
+def read_parquet(path: Path, columns: Mapping[str, str], where: str | None = None, *,
+                 row_groups: Sequence[int] | None = None,
+                 group_rows: Sequence[int] | None = None) -> Any:
     """The ``columns`` of a Parquet file as a ``pyarrow.Table``, each of its kind.
 
     Args:
       columns: column name -> ``IDS``, ``INDEX`` or ``NUMBER``; a missing column, or one
         of another type (a list, a struct, a float where ids are), is one line.
+      row_groups: read only these row groups (in this order), e.g. one rank's share of a
+        split's training pairs; the other groups' pages are never read. None: the whole file.
+      group_rows: the rows of every row group of the file, as its writer listed them (a
+        manifest): a file whose row groups differ is refused before anything is read.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     where = where or str(path)
     try:
-        _check_schema(pq.read_schema(path), columns, where)
-        table = pq.read_table(path, columns=list(columns))
+        with pq.ParquetFile(path) as parquet:
+            _check_schema(parquet.schema_arrow, columns, where)
+            found = [parquet.metadata.row_group(g).num_rows
+                     for g in range(parquet.metadata.num_row_groups)]
+            if group_rows is not None and found != list(group_rows):
+                raise VaecfError(f"{where}: row groups of {found[:5]}... rows, not the "
+                                 f"{list(group_rows)[:5]}... its manifest lists")
+            if row_groups is None:
+                return parquet.read(columns=list(columns))
+            outside = [g for g in row_groups if not 0 <= g < len(found)]
+            if outside:
+                raise VaecfError(f"{where}: no row group {outside[0]} (it has {len(found)})")
+            return parquet.read_row_groups(list(row_groups), columns=list(columns))
     except (OSError, ValueError, KeyError, pa.ArrowException) as err:
         raise VaecfError(f"{where}: not a readable Parquet file ({str(err)[:200]})") from None
-    return table
 
 
 def parquet_rows(path: Path, columns: Mapping[str, str], where: str | None = None) -> int:

@@ -84,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--shard-items", action="store_true", help="each process holds its share of the "
         "items' first-layer rows and decoder columns (catalogues beyond one device); "
         "checkpoints resume on the same number of processes only")
+    add("--user-shares", type=_positive, metavar="N", help="draw each step from N shares "
+        "of the training users, as N processes do (each reads and trains its own share); "
+        "one process then trains the batches of an N-process run [default: the number of "
+        "processes]")
     add("--expect-world-size", type=_positive, help="fail unless this many processes run")
     add("--expect-hosts", type=_positive, help="fail unless the processes span this many "
         "hosts")
@@ -137,6 +141,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         expect_world_size=args.expect_world_size, expect_hosts=args.expect_hosts,
         compression=args.compression, tensorboard_dir=args.tensorboard_dir,
         item_chunk=args.item_chunk, shard_items=args.shard_items,
+        user_shares=args.user_shares,
         kl_per_item=args.kl_per_item, composite_prior=args.composite_prior,
         alternate=args.alternate, encoder_layers=args.encoder_layers,
         implicit_slim_every=args.implicit_slim_every,

@@ -46,6 +46,10 @@ class TrainConfig:
         logits at once; None: chosen by size, ``vaecf.model.choose_item_chunk``).
       shard_items: split the item layers (and their Adam moments) over the ranks
         (``vaecf.model.shard``); checkpoints are written by shard.
+      user_shares: each step is drawn from this many shares of the training users, a part
+        from each (``vaecf.train.data``); each process trains one share and reads only its
+        rows, or one process trains every share (the batches of a run of that many
+        processes). None: one share per process.
 
     RecVAE's training options (Shenbin et al., WSDM 2020) and ImplicitSLIM (ICLR 2024), each
     off by default, where the model and the step are exactly Mult-VAE's:
@@ -91,6 +95,7 @@ class TrainConfig:
     tensorboard_dir: str | None = None
     item_chunk: int | None = None
     shard_items: bool = False
+    user_shares: int | None = None
     kl_per_item: float | None = None
     composite_prior: bool = False
     alternate: int = 0

@@ -5,11 +5,15 @@ batch is a gather of rows, never a dense users x items array. Batches are built 
 (in its own threads, without the Python GIL) and prefetched, so batch preparation overlaps
 the previous step.
 
-Sharding: each epoch draws one permutation of the training users from ``(seed, epoch)``;
-global batch ``k`` is positions ``k*B .. (k+1)*B`` of that permutation (wrapping around so
-that every step is full), and rank ``r`` of ``W`` takes the ``r``-th contiguous slice of
-``B/W`` users. The union of the ranks' batches is therefore exactly the global batch one
-process would see, for any world size.
+Sharding: rank ``r`` of ``W`` trains a contiguous share of the training users,
+``[r*n/W, (r+1)*n/W)`` (``user_share``), and holds only their rows (the split's row groups
+let it read only those). Each epoch it draws a permutation of its share from ``(seed, epoch,
+pass, rank)``; its part of global step ``k`` is positions ``k*B/W .. (k+1)*B/W`` of that
+permutation, wrapping around, so every rank takes the same number of full steps. Global
+step ``k`` is the union of the ranks' parts. With ``W = 1`` the one permutation is drawn from
+``(seed, epoch)`` as it always was. Every rank computes every rank's users
+(``all_ranks_users``) from these numbers alone, without reading their rows, and one process
+can train the batches of ``W`` shares (``--user-shares``).
 
 The entries of a batch are padded (value 0 entries) to a size the host chooses: a multiple of
 a fixed granule, or under ``--xla`` and ``--shard-items`` one size per epoch, so the compiled
@@ -32,6 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 import tensorflow as tf
 
+from vaecf.data.splits import user_share
 from vaecf.model import SparseBatch
 
 
@@ -42,10 +47,10 @@ def steps_per_epoch(n_users: int, batch_size: int, requested: int | None) -> int
 
 def epoch_users(n_users: int, *, seed: int, epoch: int, steps: int, batch_size: int,
                 world_size: int, rank: int) -> np.ndarray:
-    """Training rows of this rank's batches in ``epoch`` (1-based): int64 [steps, B / W].
+    """Training users of this rank's batches in ``epoch`` (1-based): int64 [steps, B / W].
 
     Args:
-      n_users: rows of the training matrix.
+      n_users: every training user (all ranks' shares).
       batch_size: the global batch B (divisible by ``world_size``).
     """
     return all_ranks_users(n_users, seed=seed, epoch=epoch, steps=steps,
@@ -56,18 +61,32 @@ def all_ranks_users(n_users: int, *, seed: int, epoch: int, steps: int, batch_si
                     world_size: int, pass_index: int = 0) -> np.ndarray:
     """Every rank's ``epoch_users``: int64 [steps, W, B / W] (each rank can compute all).
 
+    Rank ``r``'s users are drawn from its ``user_share`` alone, by its own permutation.
+
     ``pass_index``: the pass within the epoch (``--alternate`` makes several), each its own
     permutation; pass 0 is the epoch's one permutation of a joint epoch.
     """
-    key = [seed, epoch] if pass_index == 0 else [seed, epoch, pass_index]
-    order = np.random.default_rng(key).permutation(n_users)
-    positions = np.resize(order, steps * batch_size)  # cyclic: the last batch wraps around
-    return positions.reshape(steps, world_size, batch_size // world_size).astype(np.int64)
+    local = batch_size // world_size
+    users = np.empty((steps, world_size, local), np.int64)
+    for rank in range(world_size):
+        share = user_share(n_users, world_size, rank)
+        if world_size == 1:  # the key one process always used: its runs stay as they were
+            key = [seed, epoch] if pass_index == 0 else [seed, epoch, pass_index]
+        else:
+            key = [seed, epoch, pass_index, rank]
+        order = share.start + np.random.default_rng(key).permutation(len(share))
+        users[:, rank] = np.resize(order, steps * local).reshape(steps, local)  # cyclic
+    return users
 
 
-def pad_granule(matrix: sp.csr_matrix, local_batch: int) -> int:
-    """A power of two near 1/32 of a batch's expected entries (padding costs <= ~3%)."""
-    mean_nnz = matrix.nnz / max(matrix.shape[0], 1) * local_batch
+def pad_granule(nnz: int, n_users: int, local_batch: int) -> int:
+    """A power of two near 1/32 of a batch's expected entries (padding costs <= ~3%).
+
+    Args:
+      nnz, n_users: of the whole training matrix (every rank's share): the same on every
+        rank, so that ranks padding to one size pad to the same one.
+    """
+    mean_nnz = nnz / max(n_users, 1) * local_batch
     return 1 << max(4, int(math.log2(max(mean_nnz, 1.0) / 32)))
 
 
@@ -93,21 +112,34 @@ class BatchMaker:
     built by ops with GPU kernels (an int64 ``tf.pad`` has none: it sent every resident
     batch device -> host -> device). Padding entries have value 0 and the batch's last row.
 
+    Users given to the maker are training users (``user_idx``); row ``u - first`` of
+    ``matrix`` is user ``u``.
+
     Args:
-      matrix: CSR [users, items] training matrix (float32 values).
+      matrix: CSR [users, items] rows of the training users this rank holds (its share, or
+        all), float32 values.
       granule: entries are padded to a multiple of this (1: no padding).
       device: keep the matrix on this device and gather batches there (``resident_device``).
       one_size: pad every batch of an epoch to one size, a ``bucket`` of the largest batch
         of any rank (``--xla`` compiles the step once per shape: per batch, 12-15 compiles
         at batch 500 on ML-20M-shaped data, each at different steps on different ranks;
         ``--shard-items`` ranks must run the same collectives on the same shapes).
+      first: the training user of the matrix's row 0 (the start of this rank's share).
+      lengths: int64 [every training user]: each one's items (``one_size`` sizes every
+        rank's batches, whose rows other ranks hold). Default: the matrix's own rows.
     """
 
     def __init__(self, matrix: sp.csr_matrix, granule: int = 1,
-                 device: str | None = None, one_size: bool = False) -> None:
+                 device: str | None = None, one_size: bool = False, first: int = 0,
+                 lengths: np.ndarray | None = None) -> None:
         self.device, self._granule, self._one_size = device, granule, one_size
-        self._lengths = np.diff(matrix.indptr).astype(np.int64)
+        self._own = np.diff(matrix.indptr).astype(np.int64)
+        self._first = first
+        if lengths is None and first and one_size:
+            raise ValueError("one_size over a share of the users needs every user's lengths")
+        self._lengths = self._own if lengths is None else lengths
         with tf.device(device or "/CPU:0"):
+            self._offset = tf.constant(first, tf.int64)
             self._indptr = tf.constant(matrix.indptr.astype(np.int64))
             self._indices = tf.constant(matrix.indices.astype(np.int64))
             self._data = tf.constant(matrix.data.astype(np.float32))
@@ -122,15 +154,17 @@ class BatchMaker:
         Args:
           users: every rank's rows, int64 [steps, W, b] (``all_ranks_users``).
         """
-        nnz = self._lengths[users].sum(axis=2)  # [steps, W]
         if self._one_size:  # the same on every rank: computed from every rank's batches
+            nnz = self._lengths[users].sum(axis=2)  # [steps, W]
             return np.full(len(users), bucket(int(nnz.max(initial=0)), self._granule))
-        return -(-nnz[:, rank] // self._granule) * self._granule
+        own = self._own[users[:, rank] - self._first].sum(axis=1)
+        return -(-own // self._granule) * self._granule
 
     def __call__(self, users: tf.Tensor, padded: tf.Tensor) -> SparseBatch:
         """The rows ``users`` (int64 [b]) padded to ``padded`` entries (ragged ops: host)."""
-        items = tf.gather(self._items, users)
-        values = tf.gather(self._values, users).flat_values
+        rows = users - self._offset
+        items = tf.gather(self._items, rows)
+        values = tf.gather(self._values, rows).flat_values
         pad = padded - tf.shape(values, out_type=tf.int64)[0]
         last = tf.shape(users, out_type=tf.int64)[0] - 1
         return SparseBatch(rows=tf.concat([items.value_rowids(), tf.fill([pad], last)], 0),
@@ -143,9 +177,10 @@ class BatchMaker:
         ``padded`` is a host scalar, so ``tf.range`` (whose GPU kernel reads its limit from
         host memory) does not wait for the device's cumsum.
         """
-        starts = tf.gather(self._indptr, users)
+        local = users - self._offset
+        starts = tf.gather(self._indptr, local)
         splits = tf.concat([tf.zeros([1], tf.int64),
-                            tf.cumsum(tf.gather(self._indptr, users + 1) - starts)], 0)
+                            tf.cumsum(tf.gather(self._indptr, local + 1) - starts)], 0)
         entry = tf.range(padded, dtype=tf.int64)  # int64 start and delta: no Cast on device
         real = entry < splits[-1]
         last = tf.shape(users, out_type=tf.int64)[0] - 1

@@ -21,10 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 import tensorflow as tf
 
-from vaecf.baselines.popularity import Popularity
 from vaecf.model import MultVAE, SparseBatch
 
 SIGNATURE_INPUTS = (tf.TensorSpec([None], tf.int64, name="row_splits"),
@@ -162,7 +160,7 @@ def item_id_text(item_ids: np.ndarray) -> np.ndarray:
 
 
 def export(weights: list[np.ndarray], *, n_items: int, hidden: int, latent: int,
-           path: Path, item_ids: np.ndarray, train: sp.csr_matrix,
+           path: Path, item_ids: np.ndarray, popularity: np.ndarray,
            encoder_layers: int = 1) -> None:
     """Write a float32 SavedModel of ``weights`` (in ``MultVAE.weights`` order, without a
     composite prior's frozen encoder) to ``path``.
@@ -170,7 +168,8 @@ def export(weights: list[np.ndarray], *, n_items: int, hidden: int, latent: int,
     Args:
       encoder_layers: the encoder's depth (``MultVAE``); the signatures are the same.
       item_ids: (n_items,) raw id of each item_idx (the split's ``item_index.parquet``).
-      train: (users, n_items) training matrix; its column counts are the popularity fallback.
+      popularity: (n_items,) training users per item (``Popularity(train).counts`` of the
+        whole training matrix, summed over the ranks' shares): the fallback ranking.
     """
     text = item_id_text(np.asarray(item_ids))
     if text.size != n_items or len(set(text)) != n_items:
@@ -180,9 +179,8 @@ def export(weights: list[np.ndarray], *, n_items: int, hidden: int, latent: int,
                     encoder_layers=encoder_layers)
     model.build_variables()
     model.set_weights(weights)
-    popularity = Popularity(train).counts  # training users per item
     module = ServingModule(model, np.array([t.encode() for t in text], dtype=object),
-                           popularity)
+                           np.asarray(popularity, np.float32))
     tf.saved_model.save(module, str(path),
                         # serving_default: what TF Serving answers when no signature is named
                         signatures={"score": module.score, "recommend": module.recommend,

@@ -295,3 +295,20 @@ def gather_object(value: Any, runtime: Runtime) -> list[Any]:
     if runtime.size == 1:
         return [value]
     return list(runtime.hvd.allgather_object(value))  # Horovod: collect from all ranks
+
+
+def allreduce_sum(value: np.ndarray, runtime: Runtime) -> np.ndarray:
+    """The sum over ranks of every rank's ``value`` (equal shapes), e.g. a sum over users of
+    which each rank holds its share."""
+    if runtime.size == 1:
+        return value
+    return np.asarray(runtime.hvd.allreduce(tf.constant(value),  # Horovod: sum over ranks
+                                            op=runtime.hvd.Sum))
+
+
+def broadcast_array(value: np.ndarray, root: int, runtime: Runtime) -> np.ndarray:
+    """Rank ``root``'s ``value`` on every rank (equal shapes everywhere)."""
+    if runtime.size == 1:
+        return value
+    return np.asarray(runtime.hvd.broadcast(tf.constant(value),  # Horovod: root's array
+                                            root_rank=root))

@@ -14,18 +14,20 @@ import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import keras
 import numpy as np
 
 from vaecf import log
+from vaecf.baselines import Popularity
 from vaecf.data.splits import Split, load_split
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, write_manifest
 from vaecf.train import horovod as dist
 from vaecf.train.config import TrainConfig
 from vaecf.train.export import export
-from vaecf.train.trainer import Trainer
+from vaecf.train.trainer import Trainer, user_shares
 
 
 def train(config: TrainConfig) -> None:
@@ -39,24 +41,35 @@ def train(config: TrainConfig) -> None:
                                                     config.inputs))
                        if runtime.is_chief else None)
             split_dir = stack.enter_context(open_input(config.split))
-            split = load_split(split_dir)
-            config = fit_batch(config, split.train.shape[0], runtime.size)
-            log.info(f"training on {split.train.shape[0]:,} users x {split.n_items:,} items, "
+            shares = user_shares(config, runtime)
+            # each rank reads only its share of the training users (one process: all)
+            split = load_split(split_dir, train_share=(runtime.rank, shares)
+                               if shares == runtime.size else (0, 1))
+            config = fit_batch(config, split.n_train_users, runtime.size)
+            loaded = dist.gather_object(_loaded(split), runtime)
+            log.info(f"training on {split.n_train_users:,} users x {split.n_items:,} items, "
                      f"world size {runtime.size}, {config.precision}, "
-                     f"batch {config.batch_size}")
+                     f"batch {config.batch_size}; training pairs held by each rank: "
+                     + ", ".join(f"{share['pairs']:,} (users {share['users'][0]:,} to "
+                                 f"{share['users'][1] - 1:,})" for share in loaded))
             trainer = Trainer(config, runtime, split.train, split.heldout("val"),
-                              split_digest=split.digest)
+                              split_digest=split.digest, first=split.train_first,
+                              n_users=split.n_train_users, nnz=split.n_train_pairs)
             stack.callback(trainer.tracker.close)
             trainer.restore()
             trainer.fit()
             digests = dist.gather_object(trainer.weights_digest(), runtime)
             best = dist.whole_weights(trainer.model, trainer.state.best_weights, runtime)
+            popularity = Popularity(split.train).counts  # users per item, summed over shares
+            if shares == runtime.size:
+                popularity = dist.allreduce_sum(popularity.astype(np.float64), runtime)
             if staging is not None:
                 if len(set(digests)) != 1:
                     raise VaecfError(f"the {runtime.size} ranks ended with different weights "
                                      f"(digests {digests}): replicas diverged")
                 shutil.copyfile(split_dir / "item_index.parquet", staging / "item_index.parquet")
-                _write_output(staging, trainer, best, split, digests, config, started)
+                _write_output(staging, trainer, best, split, popularity, loaded, digests,
+                              config, started)
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
 
@@ -79,15 +92,22 @@ def fit_batch(config: TrainConfig, train_users: int, world_size: int) -> TrainCo
     return replace(config, batch_size=fitted)
 
 
+def _loaded(split: Split) -> dict[str, Any]:
+    """What this rank loaded of the training matrix: its users, their pairs, and the rows
+    it read from disk to find them (whole row groups)."""
+    return {"users": [split.train_first, split.train_first + split.train.shape[0]],
+            "pairs": int(split.train.nnz), "pairs_read": split.train_rows_read}
+
+
 def _write_output(staging: Path, trainer: Trainer, best_weights: list[np.ndarray] | None,
-                  split: Split, digests: list[str], config: TrainConfig,
-                  started: float) -> None:
+                  split: Split, popularity: np.ndarray, loaded: list[dict[str, Any]],
+                  digests: list[str], config: TrainConfig, started: float) -> None:
     state = trainer.state
     if best_weights is None:
         raise VaecfError("no epoch was validated: nothing to export")
     export(trainer.exported_weights(best_weights), n_items=trainer.n_items,
            hidden=config.hidden, latent=config.latent, encoder_layers=config.encoder_layers,
-           path=staging / "saved_model", item_ids=split.item_ids, train=split.train)
+           path=staging / "saved_model", item_ids=split.item_ids, popularity=popularity)
     with open(staging / "train_log.jsonl", "w") as handle:
         for record in state.log:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
@@ -95,8 +115,8 @@ def _write_output(staging: Path, trainer: Trainer, best_weights: list[np.ndarray
     write_manifest(
         staging, "train", inputs={"split": config.split},
         parameters=trainer.config.parameters(),  # with anneal_steps as resolved for the run
-        counts={"train_users": int(trainer.train.shape[0]), "epochs": state.epoch,
-                "steps": state.step},
+        counts={"train_users": trainer.n_users, "epochs": state.epoch,
+                "steps": state.step, "train_share": loaded},
         started=started,
         extra={"n_items": trainer.n_items, "split_n_items": split.n_items,
                "split_digest": split.digest,

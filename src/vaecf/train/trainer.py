@@ -4,8 +4,10 @@ Rank 0 alone validates, checkpoints and keeps the best weights; the other ranks 
 With item shards (``--shard-items``) every rank validates (a collective), checkpoints and
 keeps the best weights of its own shard.
 State that must survive a restart is exactly what ``checkpoint`` stores, so a resumed run
-continues the same trajectory: the permutation of each epoch is a function of (seed, epoch)
-and the model's noise a function of (seed, step, user), both recorded in the checkpoint.
+continues the same trajectory: the permutations of each epoch are a function of (seed,
+epoch, pass, rank) over each rank's share of the users (``data.all_ranks_users``; the same
+shares again on the same number of processes, or ``--user-shares``) and the model's noise a
+function of (seed, step, user), both recorded in the checkpoint.
 """
 
 from __future__ import annotations
@@ -61,14 +63,25 @@ class State:
 class Trainer:
     """Trains a ``MultVAE`` on ``train`` (CSR [users, items]) and validates on ``val``.
 
+    ``train`` holds the rows of this rank's training users (``data.user_share``; every
+    user's in one process): row r is user ``first + r`` of the ``n_users`` training users,
+    whose matrix has ``nnz`` entries in all.
+
     ``split_digest`` (``vaecf.data.splits.split_digest``) goes into every checkpoint: a
     checkpoint of another split is never resumed, or the model would claim a split it was
     not (only) trained on.
     """
 
     def __init__(self, config: TrainConfig, runtime: dist.Runtime, train: sp.csr_matrix,
-                 val: tuple[sp.csr_matrix, sp.csr_matrix], *, split_digest: str) -> None:
-        self.steps = data.steps_per_epoch(train.shape[0], config.batch_size,
+                 val: tuple[sp.csr_matrix, sp.csr_matrix], *, split_digest: str,
+                 first: int = 0, n_users: int | None = None, nnz: int | None = None) -> None:
+        self.n_users = train.shape[0] if n_users is None else n_users
+        self.first = first
+        self.shares = user_shares(config, runtime)
+        if config.batch_size % self.shares:
+            raise VaecfError(f"--batch-size {config.batch_size}: not a multiple of the "
+                             f"{self.shares} user shares")
+        self.steps = data.steps_per_epoch(self.n_users, config.batch_size,
                                           config.steps_per_epoch)
         config = config.resolved(self.steps)  # recorded in checkpoints and the manifest
         self.config, self.runtime, self.train, self.val = config, runtime, train, val
@@ -101,9 +114,14 @@ class Trainer:
                                                      runtime, phase)
                          for phase in dict.fromkeys(config.passes)}
         self.step_fn = self.step_fns[config.passes[0]]
-        self.maker = data.BatchMaker(train, data.pad_granule(train, local),
-                                     device=device,
-                                     one_size=config.xla or config.shard_items)
+        one_size = config.xla or config.shard_items
+        lengths = None
+        if one_size:  # every rank sizes every rank's batches: each one's row lengths
+            own = np.diff(train.indptr).astype(np.int64)
+            lengths = np.concatenate(dist.gather_object(own, runtime))
+        granule = data.pad_granule(train.nnz if nnz is None else nnz, self.n_users, local)
+        self.maker = data.BatchMaker(train, granule, device=device, one_size=one_size,
+                                     first=first, lengths=lengths)
         self.state = State()
         self.tracker = EpochTracker(config.tensorboard_dir)  # used on rank 0 only
         self._scores = tf.function(self._score_batch, reduce_retracing=True)
@@ -253,9 +271,11 @@ class Trainer:
         closed_form = time.perf_counter() - closed_form  # part of the epoch's time
         passes = []
         for index, phase in enumerate(config.passes):
-            everyone = data.all_ranks_users(self.train.shape[0], seed=config.seed, epoch=epoch,
+            everyone = data.all_ranks_users(self.n_users, seed=config.seed, epoch=epoch,
                                             steps=self.steps, batch_size=config.batch_size,
-                                            world_size=runtime.size, pass_index=index)
+                                            world_size=self.shares, pass_index=index)
+            if self.shares != runtime.size:  # one process: every share's part of each step
+                everyone = everyone.reshape(self.steps, 1, config.batch_size)
             passes.append((phase, data.batches(self.maker, everyone[:, runtime.rank],
                                                self.maker.padded_sizes(everyone,
                                                                        runtime.rank))))
@@ -301,24 +321,31 @@ class Trainer:
     def _implicit_slim(self) -> None:
         """Set both item embeddings from ImplicitSLIM's closed form of the training matrix.
 
-        Every rank computes it (on its own items under ``--shard-items``, the sums over items
-        allreduced); replicas then take rank 0's result, so they never drift apart.
+        Every rank computes it from its share of the users (its sums over users added over
+        the ranks; on its own items under ``--shard-items``, the sums over items allreduced
+        too); replicas then take rank 0's result, so they never drift apart.
         """
-        config, shard = self.config, self.model.shard
-        first, width = (0, self.model.n_padded) if shard is None else (shard.first, shard.width)
-        held = min(width, max(0, self.n_items - first))  # the real items among them
-        users = self.train.shape[0]
-        columns = sp.hstack([self.train[:, first:first + held],
-                             sp.csr_matrix((users, width - held), dtype=self.train.dtype)],
-                            format="csr")
-        reduce_sum = (slim.alone if shard is None else
-                      lambda partial: shard.collectives.allreduce_sum(
-                          tf.constant(partial)).numpy())
+        config, shard, runtime = self.config, self.model.shard, self.runtime
+
+        def sum_over_ranks(partial: np.ndarray) -> np.ndarray:
+            return dist.allreduce_sum(partial, runtime)
+
+        reduce_items: slim.ReduceSum = slim.alone
+        if shard is None:
+            shards, mine = [slice(0, self.model.n_padded)], 0
+        else:
+            shards = [slice(s * shard.width, (s + 1) * shard.width) for s in range(shard.size)]
+            mine, reduce_items = shard.rank, sum_over_ranks
+        padding = sp.csr_matrix((self.train.shape[0], shards[-1].stop - self.n_items),
+                                dtype=self.train.dtype)
+        counts, cooccur = slim.products(
+            sp.hstack([self.train, padding], format="csr"), shards, mine, sum_over_ranks,
+            lambda value, root: dist.broadcast_array(value, root, runtime))
         for variable, item_axis in self.model.item_embeddings():
             w = variable.numpy().T if item_axis == 0 else variable.numpy()
-            new = slim.embeddings(w, columns, config.implicit_slim_lambda,
+            new = slim.embeddings(w, counts, cooccur, config.implicit_slim_lambda,
                                   config.implicit_slim_alpha, config.implicit_slim_threshold,
-                                  reduce_sum)
+                                  reduce_items)
             variable.assign(new.T if item_axis == 0 else new)
         if shard is None:
             dist.broadcast_state(self.model, self.optimizer, self.runtime)
@@ -371,6 +398,17 @@ class Trainer:
         for weight in dist.replicated_variables(self.model, self.optimizer)[0]:
             digest.update(np.ascontiguousarray(weight.numpy()).tobytes())
         return digest.hexdigest()
+
+
+def user_shares(config: TrainConfig, runtime: dist.Runtime) -> int:
+    """How many shares of the users each step is drawn from: one per process, or
+    ``--user-shares`` shares trained by one process (a run of that many processes, with
+    its batches, in one)."""
+    shares = config.user_shares or runtime.size
+    if runtime.size != 1 and shares != runtime.size:
+        raise VaecfError(f"--user-shares {shares}: this job has {runtime.size} processes "
+                         f"(each trains one share: use {runtime.size}, or run one process)")
+    return shares
 
 
 def _describe(record: dict[str, Any]) -> str:

@@ -73,12 +73,13 @@ def beta_at_best_epoch(train_manifest: Mapping[str, Any]) -> float | None:
     best, cap = train_manifest.get("best_epoch"), parameters.get("beta_cap")
     anneal, steps, epochs = (parameters.get("anneal_steps"), counts.get("steps"),
                              counts.get("epochs"))
-    if parameters.get("kl_per_item") is not None or not all(
-            isinstance(v, int | float) for v in (best, cap, anneal, steps, epochs)) or not epochs:
+    numbers = [v for v in (best, cap, anneal, steps, epochs) if isinstance(v, int | float)]
+    if parameters.get("kl_per_item") is not None or len(numbers) < 5 or not epochs:
         return None
+    best, cap, anneal, steps, epochs = (float(v) for v in numbers)
     if anneal <= 0:
-        return float(cap)
-    return float(min(cap, (best * steps / epochs - 1) / anneal))
+        return cap
+    return min(cap, (best * steps / epochs - 1) / anneal)
 
 
 def collect(models: list[str], evaluations: list[str], stack: ExitStack
