@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import zipfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,10 +72,62 @@ def save_csr(path: Path, matrix: sp.csr_matrix) -> None:
             archive.writestr(info, buffer.getvalue())
 
 
+_PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "use_dictionary": True,
+                                    "write_statistics": True, "store_schema": True}
+_ROW_GROUP = 1 << 20  # rows buffered before a streamed file writes a row group
+
+
 def save_parquet(path: Path, table: pa.Table) -> None:
     """Write a Parquet file deterministically (no pandas index, fixed options)."""
-    pq.write_table(table, path, compression="zstd", use_dictionary=True,
-                   write_statistics=True, store_schema=True)
+    pq.write_table(table, path, **_PARQUET_OPTIONS)
+
+
+def save_parquet_batches(path: Path, schema: pa.Schema,
+                         batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Write ``batches`` (cast to ``schema``) as one Parquet file, as ``save_parquet`` would,
+    holding at most one row group in memory; yields each batch once it is buffered, so the
+    caller can consume the rows while they stream (a Spark engine's sorted output)."""
+    with pq.ParquetWriter(path, schema, **_PARQUET_OPTIONS) as writer:
+        buffered: list[pa.RecordBatch] = []
+        rows = 0
+        for batch in batches:
+            batch = pa.RecordBatch.from_arrays(
+                [batch.column(i).cast(f.type) for i, f in enumerate(schema)], schema=schema)
+            buffered.append(batch)
+            rows += batch.num_rows
+            yield batch
+            if rows >= _ROW_GROUP:
+                writer.write_table(pa.Table.from_batches(buffered, schema))
+                buffered, rows = [], 0
+        if buffered:
+            writer.write_table(pa.Table.from_batches(buffered, schema))
+
+
+PAIRS_SCHEMA = pa.schema([("user_idx", pa.int32()), ("item_idx", pa.int32())])
+
+
+def write_part(directory: Path, part: str, batches: Iterable[pa.RecordBatch],
+               shape: tuple[int, int], offset: int) -> int:
+    """Write ``<part>.parquet`` and ``<part>.npz`` from the part's pairs.
+
+    Args:
+      batches: columns ``user_idx`` (global) and ``item_idx``, in (user_idx, item_idx) order.
+      shape: (users in the part's split, n_items); ``offset``: the split's first user_idx.
+
+    Returns:
+      The number of pairs. Only the item column is held (the CSR's indices), not the pairs.
+    """
+    items: list[np.ndarray] = []
+    row_sizes = np.zeros(shape[0], dtype=np.int64)
+    for batch in save_parquet_batches(directory / f"{part}.parquet", PAIRS_SCHEMA, batches):
+        rows = batch.column(0).to_numpy() - offset
+        row_sizes += np.bincount(rows, minlength=shape[0])
+        items.append(batch.column(1).to_numpy())
+    indices = np.concatenate(items) if items else np.zeros(0, np.int32)
+    indptr = np.concatenate([[0], np.cumsum(row_sizes)])
+    save_csr(directory / f"{part}.npz", sp.csr_matrix(
+        (np.ones(len(indices), np.float32), indices, indptr), shape=shape))
+    return len(indices)
 
 
 @dataclass(frozen=True)

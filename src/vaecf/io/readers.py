@@ -132,6 +132,22 @@ def read_parquet(path: Path, columns: Mapping[str, str], where: str | None = Non
     import pyarrow.parquet as pq
 
     where = where or str(path)
+    check_parquet_schema(path, columns, where)
+    try:
+        table = pq.read_table(path, columns=list(columns))
+    except (OSError, ValueError, KeyError, pa.ArrowException) as err:
+        raise VaecfError(f"{where}: not a readable Parquet file ({str(err)[:200]})") from None
+    return table
+
+
+def check_parquet_schema(path: Path, columns: Mapping[str, str], where: str | None = None
+                         ) -> None:
+    """Check that the Parquet file ``path`` has ``columns`` of their kinds (``read_parquet``'s
+    rules), reading its footer only: for engines that read the data themselves (Spark)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    where = where or str(path)
     try:
         schema = pq.read_schema(path)
         missing = [name for name in columns if name not in schema.names]
@@ -140,10 +156,8 @@ def read_parquet(path: Path, columns: Mapping[str, str], where: str | None = Non
                              f"{', '.join(schema.names) or 'none'})")
         for name, kind in columns.items():
             _check_column(schema.field(name).type, name, kind, where)
-        table = pq.read_table(path, columns=list(columns))
     except (OSError, ValueError, KeyError, pa.ArrowException) as err:
         raise VaecfError(f"{where}: not a readable Parquet file ({str(err)[:200]})") from None
-    return table
 
 
 def _check_column(kind_of: Any, name: str, kind: str, where: str) -> None:
