@@ -134,7 +134,7 @@ def _spark(interactions: Path, staging: Path, config: SplitConfig,
         from vaecf.data.spark import split as engine
 
         users, items, pairs, counts = engine.split(
-            spark, engine.read_interactions(spark, interactions), config)
+            engine.read_interactions(spark, interactions), config)
         return engine.write(staging, users, items, pairs, counts, **manifest)
 
 

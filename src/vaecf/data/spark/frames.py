@@ -28,7 +28,8 @@ def with_rank(frame: DataFrame, order: list[str | Column], name: str) -> DataFra
 
     The sort's range partitions are numbered inside (in order, as they arrive), their sizes
     collected (one row per partition) and each partition's offset added. The numbered rows
-    are cached: the sizes and the result must come from the same partitioning.
+    are checkpointed (on the executors, freed with the DataFrame): the sizes and the result
+    must come from the same partitioning.
     """
     ordered = frame.orderBy(*order).withColumn(_PART, F.spark_partition_id())
     schema = T.StructType([*ordered.schema.fields, T.StructField(_POS, T.LongType(), False)])
@@ -42,7 +43,7 @@ def with_rank(frame: DataFrame, order: list[str | Column], name: str) -> DataFra
                                              schema=batch.schema.append(pa.field(_POS,
                                                                                  pa.int64())))
 
-    numbered = ordered.mapInArrow(number, schema).persist()
+    numbered = ordered.mapInArrow(number, schema).localCheckpoint()
     sizes = sorted(tuple(row) for row in numbered.groupBy(_PART).count().collect())
     offsets = np.concatenate([[0], np.cumsum([size for _, size in sizes])[:-1]]).tolist()
     table = frame.sparkSession.createDataFrame(

@@ -62,9 +62,12 @@ def read_ratings(spark: SparkSession, file: DataFile) -> DataFrame:
            | (value < MIN_RATING) | (value > MAX_RATING))
     for column in strict:
         bad = bad | F.col(column).isNull()
+    # Every column is read, so that Spark's column pruning cannot skip a row's missing fields
+    # (a line cut short): its FAILFAST parser then refuses the row.
+    every = [F.count(c).alias(f"_{c}") for c in frame.columns]
     try:
-        found = frame.agg(F.count(F.lit(1)).alias("rows"),
-                          F.count_if(bad).alias("bad")).first()
+        found = frame.agg(F.count(F.lit(1)).alias("rows"), F.count_if(bad).alias("bad"),
+                          *every).first()
     except Exception as err:  # the FAILFAST row: py4j's error, whatever Spark's class
         if "MALFORMED" not in str(err) and "FAILED_READ_FILE" not in str(err):
             raise
@@ -119,14 +122,16 @@ def _filter(pairs: DataFrame, config: FilterConfig, counts: dict[str, Any]) -> D
 def preprocess(raw: DataFrame, config: FilterConfig) -> tuple[DataFrame, dict[str, Any]]:
     """Positives of ``raw`` after dedup and filtering, and the counts of every step."""
     raw = raw.persist()
-    counts: dict[str, Any] = {"raw": step_counts(raw)}
-    implicit = raw.where(F.col("value") >= config.min_rating).select("user_id", "item_id")
-    counts["implicit"] = step_counts(implicit)
-    if counts["implicit"]["rows"] == 0:
-        raise VaecfError(f"no positives: no rating passes the threshold "
-                         f"(--min-rating {config.min_rating:g}, --min-plays {config.min_plays})")
-    dedup = implicit.distinct().localCheckpoint()
-    raw.unpersist()
+    try:
+        counts: dict[str, Any] = {"raw": step_counts(raw)}
+        implicit = raw.where(F.col("value") >= config.min_rating).select("user_id", "item_id")
+        counts["implicit"] = step_counts(implicit)
+        if counts["implicit"]["rows"] == 0:
+            raise VaecfError(f"no positives: no rating passes the threshold (--min-rating "
+                             f"{config.min_rating:g}, --min-plays {config.min_plays})")
+        dedup = implicit.distinct().localCheckpoint()
+    finally:
+        raw.unpersist()
     distinct = step_counts(dedup)
     counts["duplicates"] = counts["implicit"]["rows"] - distinct["rows"]
     counts["dedup"] = distinct

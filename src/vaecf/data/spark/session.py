@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from vaecf.errors import VaecfError
@@ -43,6 +44,10 @@ def spark_session() -> Iterator[Any]:
         builder = builder.config(key, value)
     # Python workers run PYSPARK_PYTHON, else PATH's python3: this interpreter by default.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if "SPARK_CONF_DIR" not in os.environ:
+        quiet = Path(__file__).with_name("log4j2.properties")
+        builder = builder.config("spark.driver.extraJavaOptions",
+                                 f"-Dlog4j.configurationFile=file:{quiet}")
     try:
         session = builder.getOrCreate()
     except Exception as err:  # Java missing or too old: py4j raises a bare Exception

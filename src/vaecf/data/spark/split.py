@@ -63,7 +63,7 @@ def _parts(pairs: DataFrame, config: SplitConfig) -> DataFrame:
     return train.select(*columns).unionByName(heldout.select(*columns))
 
 
-def split(spark: SparkSession, pairs: DataFrame, config: SplitConfig
+def split(pairs: DataFrame, config: SplitConfig
           ) -> tuple[DataFrame, DataFrame, DataFrame, dict[str, Any]]:
     """Split positive (user_id, item_id) pairs (no duplicates), as the pandas engine does.
 
@@ -72,18 +72,26 @@ def split(spark: SparkSession, pairs: DataFrame, config: SplitConfig
       item_idx, split code, part code), and the counts the pandas engine records.
     """
     pairs = pairs.persist()
+    try:
+        return _split(pairs, config)
+    finally:
+        pairs.unpersist()
+
+
+def _split(pairs: DataFrame, config: SplitConfig
+           ) -> tuple[DataFrame, DataFrame, DataFrame, dict[str, Any]]:
     users, n_users = _assign_users(pairs, config)
     with_split = pairs.join(users, "user_id")
     items = with_rank(with_split.where(F.col("split") == _TRAIN).select("item_id").distinct(),
                       ["item_id"], "item_idx")
-    items = items.withColumn("item_key", id_keys(config.seed)("item_id")).persist()
-    kept = with_split.join(items, "item_id").persist()
+    items = items.withColumn("item_key", id_keys(config.seed)("item_id")).localCheckpoint()
+    kept = with_split.join(items, "item_id").localCheckpoint()
     counts: dict[str, Any] = {"pairs_outside_item_universe": pairs.count() - kept.count()}
     kept_users = with_rank(kept.select("user_id", "split").distinct(), ["split", "user_id"],
-                           "user_idx").persist()
+                           "user_idx").localCheckpoint()
     counts["heldout_users_without_items"] = n_users - kept_users.count()
     placed = _parts(kept.join(kept_users.select("user_id", "user_idx"), "user_id"),
-                    config).persist()
+                    config).localCheckpoint()
     per_split: dict[int, int] = dict(kept_users.groupBy("split").count().collect())
     holdouts = placed.where((F.col("part") % 2 == 0) & (F.col("split") != _TRAIN))
     with_holdout: dict[int, int] = dict(
@@ -93,7 +101,6 @@ def split(spark: SparkSession, pairs: DataFrame, config: SplitConfig
             per_split.get(code, 0) - with_holdout.get(code, 0))
     names = F.element_at(F.array(*[F.lit(s) for s in SPLITS]), F.col("split") + 1)
     user_index = kept_users.select(F.col("user_idx"), "user_id", names.alias("split"))
-    pairs.unpersist()
     return user_index, items.select("item_idx", "item_id"), placed, counts
 
 
