@@ -6,6 +6,9 @@ One local SparkSession (the ``spark`` fixture) runs every case; the inputs are s
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 import zipfile
 from functools import partial
 from pathlib import Path
@@ -240,3 +243,21 @@ def test_spark_split_refuses_too_few_users_as_pandas_does(cli, tmp_path: Path) -
     assert_split_failed(cli("split", "--input", source, "--output", tmp_path / "out",
                             "--protocol", "paper", "--engine", "spark"), tmp_path / "out",
                         "cannot hold out 10000 val + 10000 test users of 300")
+
+
+@pytest.mark.slow
+def test_the_cli_starts_its_own_session_on_the_master_it_is_given(tmp_path: Path) -> None:
+    """``vaecf split --engine spark`` as a process: no session is active, so it starts one on
+    the master that MASTER names (spark-submit's variable), and stops it."""
+    source = interactions(tmp_path / "in", _pairs(False))
+    env = {**os.environ, "MASTER": "local[1]"}
+    env.pop("SPARK_CONF_DIR", None)
+    done = subprocess.run([sys.executable, "-m", "vaecf.cli", "split", "--input", str(source),
+                           "--output", str(tmp_path / "out"), "--engine", "spark"],
+                          capture_output=True, text=True, env=env, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "master local[1]" in done.stdout
+    # Spark's log is quiet (errors only); Java itself always names the incubator module.
+    assert [line for line in done.stderr.splitlines()
+            if not line.startswith("WARNING: Using incubator modules")] == [], done.stderr
+    assert read_manifest(tmp_path / "out", "dataset")["engine"] == "spark"

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from vaecf import log
 from vaecf.errors import VaecfError
 
 # Quiet, loopback-only defaults for a session vaecf starts itself; spark-submit's --conf,
@@ -37,6 +38,7 @@ def spark_session() -> Iterator[Any]:
 
     active = SparkSession.getActiveSession()
     if active is not None:
+        log.info(f"spark: running in the active session (master {active.sparkContext.master})")
         yield active
         return
     builder = SparkSession.builder.appName("vaecf")
@@ -54,6 +56,7 @@ def spark_session() -> Iterator[Any]:
         raise VaecfError(f"--engine spark: cannot start Spark ({str(err)[:200]}); "
                          "it needs Java 17 (JAVA_HOME or java on PATH)") from None
     session.sparkContext.setLogLevel("ERROR")
+    log.info(f"spark: started Spark {session.version}, master {session.sparkContext.master}")
     try:
         yield session
     finally:
