@@ -91,3 +91,26 @@ def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
         return code, out, err
 
     return run
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """One small local SparkSession (2 threads) for the Spark engine's tests; the stages'
+    ``--engine spark`` finds it active and runs in it."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("vaecf-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.memory", "512m")
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.session.timeZone", "UTC")
+               # several sorted partitions even for tiny data: the global ranks add offsets
+               .config("spark.sql.adaptive.coalescePartitions.enabled", "false")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

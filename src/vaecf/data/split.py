@@ -23,17 +23,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import scipy.sparse as sp
 
 from vaecf.data.splits import (
-    HELDOUT_SPLITS,
     MANIFEST_STAGE,
+    PAIRS_SCHEMA,
     ROW_GROUPS,
     SPLITS,
     matrix_names,
-    save_csr,
+    row_group_rows,
     save_parquet,
-    save_train_parquet,
+    write_part,
 )
 from vaecf.errors import VaecfError
 from vaecf.io.manifest import write_manifest
@@ -61,8 +60,8 @@ class SplitResult:
     counts: dict[str, Any]
 
 
-def _assign_users(n_users: int, config: SplitConfig) -> np.ndarray:
-    """(n_users,) int8 split code per user (index into ``SPLITS``), users in sorted-id order."""
+def heldout_counts(n_users: int, config: SplitConfig) -> tuple[int, int]:
+    """(val users, test users) to hold out of ``n_users``: every engine's counts."""
     if config.heldout_users is not None:
         n_val = n_test = config.heldout_users
     else:
@@ -71,6 +70,12 @@ def _assign_users(n_users: int, config: SplitConfig) -> np.ndarray:
     if n_val + n_test >= n_users or min(n_val, n_test) < 1:
         raise VaecfError(f"cannot hold out {n_val} val + {n_test} test users of {n_users}: "
                          "too few users for this split")
+    return n_val, n_test
+
+
+def _assign_users(n_users: int, config: SplitConfig) -> np.ndarray:
+    """(n_users,) int8 split code per user (index into ``SPLITS``), users in sorted-id order."""
+    n_val, n_test = heldout_counts(n_users, config)
     order = np.random.default_rng(config.seed).permutation(n_users)
     codes = np.zeros(n_users, dtype=np.int8)  # train
     codes[order[:n_val]] = SPLITS.index("val")
@@ -149,34 +154,46 @@ def write_split(result: SplitResult, directory: Path, *, inputs: dict[str, Any],
     """
     n_items = len(result.item_ids)
     n_users = {s: int((result.users["split"] == s).sum()) for s in SPLITS}
-    user_offset = {"train": 0, "val": n_users["train"],
-                   "test": n_users["train"] + n_users["val"]}
+    user_offset = user_offsets(n_users)
     pair_counts: dict[str, int] = {}
-    for part, split in [("train", "train")] + [(f"{s}_{p}", s) for s in HELDOUT_SPLITS
-                                                 for p in ("fold_in", "holdout")]:
+    for part in matrix_names():
+        split = part.split("_")[0]
         rows = result.pairs[result.pairs["part"] == part]
-        user_idx = rows["user_idx"].to_numpy(np.int32)
-        item_idx = rows["item_idx"].to_numpy(np.int32)
-        matrix = sp.csr_matrix(
-            (np.ones(len(rows), np.float32), (user_idx - user_offset[split], item_idx)),
-            shape=(n_users[split], n_items))
-        save_csr(directory / f"{part}.npz", matrix)
-        table = pa.table({"user_idx": user_idx, "item_idx": item_idx})
+        pairs = pa.record_batch([rows["user_idx"].to_numpy(np.int32),
+                                 rows["item_idx"].to_numpy(np.int32)], schema=PAIRS_SCHEMA)
+        shape, offset = (n_users[split], n_items), user_offset[split]
         if part == "train":  # in row groups a rank can read alone: its share
-            row_groups = save_train_parquet(directory / "train.parquet", table)
+            pair_counts[part], row_groups = write_part(directory, part, [pairs], shape, offset,
+                                                       row_group_rows(len(rows)))
         else:
-            save_parquet(directory / f"{part}.parquet", table)
-        pair_counts[part] = len(rows)
+            pair_counts[part], _ = write_part(directory, part, [pairs], shape, offset)
     save_parquet(directory / "user_index.parquet", pa.Table.from_pandas(
         result.users, preserve_index=False))
     save_parquet(directory / "item_index.parquet", pa.table({
         "item_idx": np.arange(n_items, dtype=np.int32), "item_id": result.item_ids}))
+    return write_split_manifest(directory, counts=result.counts, pairs=pair_counts,
+                                n_users=n_users, n_items=n_items, inputs=inputs,
+                                parameters=parameters, started=started,
+                                extra={"dataset": dataset, "engine": "pandas",
+                                       ROW_GROUPS: row_groups})
+
+
+def user_offsets(n_users: dict[str, int]) -> dict[str, int]:
+    """Each split's first ``user_idx``: train users first, then val, then test."""
+    return {"train": 0, "val": n_users["train"], "test": n_users["train"] + n_users["val"]}
+
+
+def write_split_manifest(directory: Path, *, counts: dict[str, Any], pairs: dict[str, int],
+                         n_users: dict[str, int], n_items: int, inputs: dict[str, Any],
+                         parameters: dict[str, Any], started: float,
+                         extra: dict[str, Any]) -> dict[str, Any]:
+    """``dataset_manifest.json`` of the split files in ``directory`` (every engine's)."""
     return write_manifest(
         directory, MANIFEST_STAGE, inputs=inputs, parameters=parameters,
-        counts={**result.counts, "pairs": pair_counts, "users": n_users, "items": n_items},
+        counts={**counts, "pairs": pairs, "users": n_users, "items": n_items},
         started=started,
-        extra={"dataset": dataset, "n_items": n_items, "n_users": n_users,
-               "user_offset": user_offset, ROW_GROUPS: row_groups})
+        extra={**extra, "n_items": n_items, "n_users": n_users,
+               "user_offset": user_offsets(n_users)})
 
 
 def write_synthetic_split(directory: Path, n_users: int, n_items: int, seed: int,

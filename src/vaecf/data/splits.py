@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import zipfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,11 +80,14 @@ def save_csr(path: Path, matrix: sp.csr_matrix) -> None:
             archive.writestr(info, buffer.getvalue())
 
 
-def save_parquet(path: Path, table: pa.Table, row_group_rows: int | None = None) -> None:
-    """Write a Parquet file deterministically (no pandas index, fixed options), in row
-    groups of ``row_group_rows`` rows (the last one shorter; None: pyarrow's default)."""
-    pq.write_table(table, path, compression="zstd", use_dictionary=True,
-                   write_statistics=True, store_schema=True, row_group_size=row_group_rows)
+_PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "use_dictionary": True,
+                                    "write_statistics": True, "store_schema": True}
+_ROW_GROUP = 1 << 20  # rows of a streamed file's row groups unless a part asks for others
+
+
+def save_parquet(path: Path, table: pa.Table) -> None:
+    """Write a Parquet file deterministically (no pandas index, fixed options)."""
+    pq.write_table(table, path, **_PARQUET_OPTIONS)
 
 
 def row_group_rows(n_rows: int) -> int:
@@ -94,17 +98,63 @@ def row_group_rows(n_rows: int) -> int:
     return min(ROW_GROUP_ROWS, max(MIN_GROUP_ROWS, -(-n_rows // 256)))
 
 
-def save_train_parquet(path: Path, table: pa.Table) -> list[list[int]]:
-    """Write the training pairs (``user_idx``-sorted) in row groups of ``row_group_rows``.
+def save_parquet_batches(path: Path, schema: pa.Schema, batches: Iterable[pa.RecordBatch],
+                         group_rows: int = _ROW_GROUP) -> Iterator[pa.RecordBatch]:
+    """Write ``batches`` (cast to ``schema``) as one Parquet file, as ``save_parquet`` would,
+    in row groups of exactly ``group_rows`` rows (the last one shorter), holding at most one
+    row group in memory; yields each batch once it is buffered, so the caller can consume the
+    rows while they stream (a Spark engine's sorted output)."""
+    with pq.ParquetWriter(path, schema, **_PARQUET_OPTIONS) as writer:
+        buffered: list[pa.RecordBatch] = []
+        rows = 0
+        for batch in batches:
+            batch = pa.RecordBatch.from_arrays(
+                [batch.column(i).cast(f.type) for i, f in enumerate(schema)], schema=schema)
+            buffered.append(batch)
+            rows += batch.num_rows
+            yield batch
+            while rows >= group_rows:
+                table = pa.Table.from_batches(buffered, schema)
+                writer.write_table(table.slice(0, group_rows), row_group_size=group_rows)
+                buffered = table.slice(group_rows).combine_chunks().to_batches()
+                rows -= group_rows
+        if rows:
+            writer.write_table(pa.Table.from_batches(buffered, schema), row_group_size=rows)
+
+
+PAIRS_SCHEMA = pa.schema([("user_idx", pa.int32()), ("item_idx", pa.int32())])
+
+
+def write_part(directory: Path, part: str, batches: Iterable[pa.RecordBatch],
+               shape: tuple[int, int], offset: int,
+               group_rows: int = _ROW_GROUP) -> tuple[int, list[list[int]]]:
+    """Write ``<part>.parquet`` and ``<part>.npz`` from the part's pairs.
+
+    Args:
+      batches: columns ``user_idx`` (global) and ``item_idx``, in (user_idx, item_idx) order.
+      shape: (users in the part's split, n_items); ``offset``: the split's first user_idx.
+      group_rows: rows per row group of the Parquet file (``row_group_rows`` for training).
 
     Returns:
-      ``[first user_idx, rows]`` of each row group: the manifest's ``train_row_groups``.
+      The number of pairs, and ``[first user_idx, rows]`` of each row group (the manifest's
+      ``train_row_groups``). Only the item column is held (the CSR's indices), not the pairs.
     """
-    rows = row_group_rows(table.num_rows)
-    save_parquet(path, table, rows)
-    users = table.column("user_idx").to_numpy()
-    return [[int(users[start]), min(rows, len(users) - start)]
-            for start in range(0, len(users), rows)]
+    items: list[np.ndarray] = []
+    row_sizes = np.zeros(shape[0], dtype=np.int64)
+    path = directory / f"{part}.parquet"
+    for batch in save_parquet_batches(path, PAIRS_SCHEMA, batches, group_rows):
+        rows = batch.column(0).to_numpy() - offset
+        row_sizes += np.bincount(rows, minlength=shape[0])
+        items.append(batch.column(1).to_numpy())
+    indices = np.concatenate(items) if items else np.zeros(0, np.int32)
+    indptr = np.concatenate([[0], np.cumsum(row_sizes)])
+    save_csr(directory / f"{part}.npz", sp.csr_matrix(
+        (np.ones(len(indices), np.float32), indices, indptr), shape=shape))
+    starts = np.arange(0, len(indices), group_rows)
+    first_users = offset + np.searchsorted(indptr, starts, side="right") - 1
+    groups = [[int(user), int(min(group_rows, len(indices) - start))]
+              for user, start in zip(first_users, starts, strict=True)]
+    return len(indices), groups
 
 
 @dataclass(frozen=True)

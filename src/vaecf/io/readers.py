@@ -158,7 +158,8 @@ def read_parquet(path: Path, columns: Mapping[str, str], where: str | None = Non
 
 def parquet_rows(path: Path, columns: Mapping[str, str], where: str | None = None) -> int:
     """The number of rows of a Parquet file whose ``columns`` ``read_parquet`` would accept,
-    read from its footer alone (no data page is read)."""
+    read from its footer alone (no data page is read): for a check before the data is read,
+    or read by an engine of its own (Spark)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

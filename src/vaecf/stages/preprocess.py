@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 from vaecf import log
-from vaecf.data.datasets import get_dataset, release_of
+from vaecf.data.datasets import Dataset, get_dataset, release_of
 from vaecf.data.preprocess import (
     PROTOCOLS,
     FilterConfig,
@@ -15,8 +17,9 @@ from vaecf.data.preprocess import (
     preprocess,
     write_interactions,
 )
-from vaecf.data.readers import layout_of, read_raw
-from vaecf.data.readers.interactions_table import recorded_columns
+from vaecf.data.readers import READERS, layout_of, read_raw
+from vaecf.data.readers.archive import find_data_files
+from vaecf.data.readers.interactions_table import TableColumns, recorded_columns
 from vaecf.errors import VaecfError
 from vaecf.io import (
     manifest_name,
@@ -33,11 +36,15 @@ STAGE = "preprocess"
 OUTPUT_FILE = "interactions.parquet"
 
 
+ENGINES = ("pandas", "spark")
+
+
 @dataclass(frozen=True)
 class PreprocessConfig:
     input: str
     output: str
     filters: FilterConfig
+    engine: str = "pandas"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-plays", type=int, default=None,
                         help="Last.fm, and a table with --value-kind plays: a play count is "
                              "positive if >= this (default 1)")
+    engine_flag(parser)
     return parser
 
 
@@ -81,30 +89,66 @@ def run(config: PreprocessConfig) -> None:
         where = f"{raw_dir}/download_manifest.json"
         table = recorded_columns(download, where) if dataset.reader == "table" else None
         with scratch(staging) as extracted:
-            raw = read_raw(dataset.reader, raw_dir, names, extracted, table)
-        log.info(f"{dataset.name}: read {len(raw.user_id):,} rows from {len(raw.files)} file(s)")
-        files_read = list(raw.files)
-        result = preprocess(raw, config.filters)
-        del raw  # the raw arrays are the largest thing in memory
-        counts, kept = result.counts, result.counts["output"]
+            if config.engine == "spark":
+                files_read, counts = _spark(dataset, raw_dir, names, extracted,
+                                            config.filters, staging / OUTPUT_FILE)
+            else:
+                files_read, counts = _pandas(dataset, raw_dir, names, extracted, table,
+                                             config.filters, staging / OUTPUT_FILE)
+        kept = counts["output"]
         log.info(f"{dataset.name}: {kept['rows']:,} positives of {kept['users']:,} users x "
                  f"{kept['items']:,} items ({counts['duplicates']:,} duplicate pairs removed)")
-        write_interactions(staging / OUTPUT_FILE, result)
         write_manifest(staging, STAGE, inputs={"input": config.input,
                                                "download_files": download["files"]},
                        parameters=asdict(config.filters), counts=counts, started=started,
-                       extra={"dataset": dataset.name, "files_read": files_read,
+                       extra={"dataset": dataset.name, "engine": config.engine,
+                              "files_read": files_read,
                               "layout": layout_of(dataset.reader, files_read),
                               "release": release_of(files_read),
                               "verified_release": download.get("verified_release"),
                               **({"table": table.record()} if table else {})})
 
 
+def _pandas(dataset: Dataset, raw_dir: Path, names: list[str], extracted: Path,
+            table: TableColumns | None, filters: FilterConfig, output: Path
+            ) -> tuple[list[str], dict[str, Any]]:
+    raw = read_raw(dataset.reader, raw_dir, names, extracted, table)
+    log.info(f"{dataset.name}: read {len(raw.user_id):,} rows from {len(raw.files)} file(s)")
+    files_read = list(raw.files)
+    result = preprocess(raw, filters)
+    del raw  # the raw arrays are the largest thing in memory
+    write_interactions(output, result)
+    return files_read, result.counts
+
+
+def _spark(dataset: Dataset, raw_dir: Path, names: list[str], extracted: Path,
+           filters: FilterConfig, output: Path) -> tuple[list[str], dict[str, Any]]:
+    from vaecf.data.spark.session import spark_session
+
+    with spark_session() as spark:
+        from vaecf.data.spark import preprocess as engine
+
+        files = find_data_files(raw_dir, names, READERS[dataset.reader].match, extracted)
+        raw = engine.read_raw(spark, dataset.reader, files, names, str(raw_dir))
+        pairs, counts = engine.preprocess(raw, filters)
+        engine.write_interactions(output, pairs)
+    return [f.label for f in files], counts
+
+
+def engine_flag(parser: argparse.ArgumentParser) -> None:
+    """``--engine``: the pandas engine (one process) or the Spark engine (a cluster)."""
+    parser.add_argument("--engine", choices=ENGINES, default="pandas",
+                        help="pandas: in one process's memory; spark: on Spark (the "
+                             "'vaecf[spark]' extra and Java 17; local[*] unless spark-submit "
+                             "or MASTER names a cluster); both write the same data")
+
+
 def _body(args: argparse.Namespace) -> None:
     filters = filter_config(args.protocol, min_rating=args.min_rating,
                             min_plays=args.min_plays, min_user_items=args.min_user_items,
                             min_item_users=args.min_item_users, k_core=args.k_core)
-    run(PreprocessConfig(input=args.input, output=args.output, filters=filters))
+    run(PreprocessConfig(input=args.input, output=args.output, filters=filters,
+                         engine=args.engine))
 
 
 def main(argv: list[str] | None = None) -> int:

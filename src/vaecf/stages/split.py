@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from vaecf import log
@@ -14,6 +15,7 @@ from vaecf.io import manifest_name, open_input, publish, read_manifest
 from vaecf.io.readers import IDS, read_parquet
 from vaecf.io.roles import Role
 from vaecf.stages import location, new_parser, run_stage, seed
+from vaecf.stages.preprocess import engine_flag
 
 STAGE = "split"
 PROTOCOLS = ("mission", "paper")
@@ -47,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="users in val and in test each (overrides the fractions)")
     parser.add_argument("--holdout-fraction", type=float, default=0.2,
                         help="share of a held-out user's items in the holdout")
+    engine_flag(parser)
     return parser
 
 
@@ -108,15 +111,31 @@ def run(input_uri: str, output: str, given: str | None, args: argparse.Namespace
             seed=args.seed, val_fraction=args.val_fraction, test_fraction=args.test_fraction,
             heldout_users=heldout_users(protocol, dataset, args.heldout_users),
             holdout_fraction=args.holdout_fraction))
-        interactions = read_parquet(source / "interactions.parquet",
-                                    {"user_id": IDS, "item_id": IDS}).to_pandas()
-        result = split_interactions(interactions, config.split)
-        written = write_split(result, staging,
-                              inputs={"input": input_uri, "preprocess_files": manifest["files"]},
-                              parameters={**chosen, **asdict(config.split)},
-                              started=started, dataset=dataset)
+        recorded: dict[str, Any] = {
+            "inputs": {"input": input_uri, "preprocess_files": manifest["files"]},
+            "parameters": {**chosen, **asdict(config.split)}, "started": started}
+        if args.engine == "spark":
+            written = _spark(source / "interactions.parquet", staging, config.split,
+                             extra={"dataset": dataset, "engine": "spark"}, **recorded)
+        else:
+            interactions = read_parquet(source / "interactions.parquet",
+                                        {"user_id": IDS, "item_id": IDS}).to_pandas()
+            result = split_interactions(interactions, config.split)
+            written = write_split(result, staging, dataset=dataset, **recorded)
         log.info(f"split: {written['n_users']} users, {written['n_items']:,} items "
                  f"(seed {config.split.seed})")
+
+
+def _spark(interactions: Path, staging: Path, config: SplitConfig,
+           **manifest: Any) -> dict[str, Any]:
+    from vaecf.data.spark.session import spark_session
+
+    with spark_session() as spark:
+        from vaecf.data.spark import split as engine
+
+        users, items, pairs, counts = engine.split(
+            engine.read_interactions(spark, interactions), config)
+        return engine.write(staging, users, items, pairs, counts, **manifest)
 
 
 def _body(args: argparse.Namespace) -> None:

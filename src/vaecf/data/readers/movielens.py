@@ -109,11 +109,16 @@ def probe_ratings(label: str, first: bytes) -> None:
         raise VaecfError(f"{label}: line 1: {problem}")
 
 
+def file_layout(file: DataFile) -> CsvLayout:
+    """The layout of a ratings file: by its name, and for ``ratings.csv`` its header."""
+    name = ratings_layout(file.label)
+    return _DAT if name == "ratings.dat" else _U_DATA if name == "u.data" else (
+        _csv_layout(read_header(file)))
+
+
 def read_ratings(file: DataFile) -> RawInteractions:
     """Read one MovieLens ratings file in the layout its name says (errors name the line)."""
-    name = ratings_layout(file.label)
-    layout = _DAT if name == "ratings.dat" else _U_DATA if name == "u.data" else (
-        _csv_layout(read_header(file)))
+    layout = file_layout(file)
     table = read_checked(file, layout)
     if has_nulls(table, list(REQUIRED)):
         raise locate_error(file, layout, "empty values")

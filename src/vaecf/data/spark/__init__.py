@@ -1,0 +1,10 @@
+"""The Spark engine of ``vaecf preprocess`` and ``vaecf split`` (``--engine spark``).
+
+It implements the pandas engine's protocols (``vaecf.data.preprocess``, ``vaecf.data.split``)
+on Spark DataFrames, for inputs larger than one machine's memory, and writes the same files:
+equal by content to the pandas engine's for the same input and seed. The split's keys come
+from ``vaecf.data.split_keys`` through pandas UDFs, so both engines run the same key code.
+
+Optional: needs the ``vaecf[spark]`` extra (PySpark 4.0) and Java 17. Nothing here is
+imported unless ``--engine spark`` is asked for.
+"""

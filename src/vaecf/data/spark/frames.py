@@ -1,0 +1,98 @@
+"""DataFrame helpers of the Spark engine: global ranks, sorted streams to the driver, keys.
+
+Nothing here gathers a whole DataFrame on one node: a global rank numbers each range
+partition of a sort and adds the partition's offset (a single-partition window would move
+every row to one task), and a sorted stream reaches the driver one partition at a time as
+Arrow IPC batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from vaecf.data.split_keys import pair_keys, text_keys
+
+_PART, _POS, _OFFSET = "_vaecf_part", "_vaecf_pos", "_vaecf_offset"
+
+
+def with_rank(frame: DataFrame, order: list[str | Column], name: str) -> DataFrame:
+    """``frame`` with a column ``name``: each row's 0-based position in ``order`` (long).
+
+    The sort's range partitions are numbered inside (in order, as they arrive), their sizes
+    collected (one row per partition) and each partition's offset added. The numbered rows
+    are checkpointed (on the executors, freed with the DataFrame): the sizes and the result
+    must come from the same partitioning.
+    """
+    ordered = frame.orderBy(*order).withColumn(_PART, F.spark_partition_id())
+    schema = T.StructType([*ordered.schema.fields, T.StructField(_POS, T.LongType(), False)])
+
+    def number(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+        position = 0
+        for batch in batches:
+            positions = np.arange(position, position + batch.num_rows, dtype=np.int64)
+            position += batch.num_rows
+            yield pa.RecordBatch.from_arrays([*batch.columns, pa.array(positions)],
+                                             schema=batch.schema.append(pa.field(_POS,
+                                                                                 pa.int64())))
+
+    numbered = ordered.mapInArrow(number, schema).localCheckpoint()
+    sizes = sorted(tuple(row) for row in numbered.groupBy(_PART).count().collect())
+    offsets = np.concatenate([[0], np.cumsum([size for _, size in sizes])[:-1]]).tolist()
+    table = frame.sparkSession.createDataFrame(
+        [(part, int(offset)) for (part, _), offset in zip(sizes, offsets, strict=True)],
+        T.StructType([T.StructField(_PART, T.IntegerType()),
+                      T.StructField(_OFFSET, T.LongType())]))
+    return numbered.join(F.broadcast(table), _PART).select(
+        *frame.columns, (F.col(_POS) + F.col(_OFFSET)).alias(name))
+
+
+def sorted_batches(frame: DataFrame, order: list[str]) -> Iterator[pa.RecordBatch]:
+    """The rows of ``frame`` sorted by ``order``, as Arrow batches on the driver.
+
+    Partitions of the sort arrive one at a time (the next one prefetched), each as Arrow IPC
+    blobs of ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows: the driver holds about
+    two partitions, never the DataFrame.
+    """
+    def to_ipc(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+        for batch in batches:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, batch.schema) as writer:
+                writer.write_batch(batch)
+            yield pa.RecordBatch.from_pydict({"ipc": [sink.getvalue().to_pybytes()]})
+
+    blobs = frame.orderBy(*order).mapInArrow(to_ipc, "ipc binary")
+    for row in blobs.toLocalIterator(prefetchPartitions=True):
+        yield from pa.ipc.open_stream(row["ipc"])
+
+
+def id_keys(seed: int) -> Any:
+    """A pandas UDF: each id's (text or long) split key, ``split_keys.text_keys``."""
+    @F.pandas_udf(T.LongType())  # type: ignore[call-overload]
+    def keys(ids: pd.Series) -> pd.Series:
+        return pd.Series(text_keys(seed, ids.tolist()), index=ids.index)
+
+    return keys
+
+
+@F.pandas_udf(T.LongType())  # type: ignore[call-overload]
+def pair_key(user_keys: pd.Series, item_keys: pd.Series) -> pd.Series:
+    """A pandas UDF: each pair's key from its user's and item's keys, ``pair_keys``."""
+    return pd.Series(pair_keys(user_keys.to_numpy(), item_keys.to_numpy()),
+                     index=user_keys.index)
+
+
+def step_counts(frame: DataFrame, user: str = "user_id", item: str = "item_id"
+                ) -> dict[str, int]:
+    """``{"rows", "users", "items"}`` of ``frame``, as the pandas engine counts a step."""
+    row = frame.agg(F.count(F.lit(1)).alias("rows"), F.count_distinct(user).alias("users"),
+                    F.count_distinct(item).alias("items")).first()
+    assert row is not None  # an aggregate without grouping has one row
+    return {"rows": int(row["rows"]), "users": int(row["users"]), "items": int(row["items"])}

@@ -1,0 +1,153 @@
+"""``vaecf split --engine spark``: the split rule of ``vaecf.data.split`` on Spark DataFrames.
+
+- users ordered by (user key, id text) (``split_keys``): the first ``n_val`` are val, the
+  next ``n_test`` test, the rest train (``heldout_counts``, as the pandas engine);
+- the item universe is the items of training users; val/test pairs outside it are dropped,
+  and held-out users left without items are dropped (both counted);
+- each held-out user's items ordered by (pair key, item id text): the first
+  ``floor(holdout_fraction * n)`` form the holdout, the rest the fold_in;
+- ``user_idx``: train users, then val, then test, by user id within each split;
+  ``item_idx``: item ids in sorted order.
+
+Ranks come from ``with_rank`` (sorted range partitions, no single-partition window); the
+driver receives the sorted parts one partition at a time and assembles each NPZ.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from vaecf.data.spark.frames import id_keys, pair_key, sorted_batches, with_rank
+from vaecf.data.split import SplitConfig, heldout_counts, user_offsets, write_split_manifest
+from vaecf.data.splits import (
+    ROW_GROUPS,
+    SPLITS,
+    matrix_names,
+    row_group_rows,
+    save_parquet_batches,
+    write_part,
+)
+from vaecf.io.readers import IDS, parquet_rows
+
+_TRAIN, _VAL, _TEST = (SPLITS.index(s) for s in SPLITS)
+
+
+def read_interactions(spark: SparkSession, path: Path) -> DataFrame:
+    """``interactions.parquet``'s (user_id, item_id), its schema checked as pandas reads it."""
+    parquet_rows(path, {"user_id": IDS, "item_id": IDS})
+    return spark.read.parquet(str(path)).select("user_id", "item_id")
+
+
+def _assign_users(pairs: DataFrame, config: SplitConfig) -> tuple[DataFrame, int]:
+    """(user_id, user_key, split code) of every user, and the number of users."""
+    keys = id_keys(config.seed)
+    users = pairs.select("user_id").distinct().withColumn("user_key", keys("user_id"))
+    ranked = with_rank(users, ["user_key", F.col("user_id").cast("string")], "rank")
+    n_users = ranked.count()
+    n_val, n_test = heldout_counts(n_users, config)
+    split = (F.when(F.col("rank") < n_val, _VAL)
+             .when(F.col("rank") < n_val + n_test, _TEST).otherwise(_TRAIN))
+    return ranked.select("user_id", "user_key", split.alias("split")), n_users
+
+
+def _parts(pairs: DataFrame, config: SplitConfig) -> DataFrame:
+    """Each pair's part code (index into ``matrix_names()``) from the held-out rule."""
+    by_user = Window.partitionBy("user_idx")
+    position = F.row_number().over(by_user.orderBy(
+        "pair_key", F.col("item_id").cast("string"))) - 1
+    holdout = position < F.floor(F.lit(config.holdout_fraction) * F.count(F.lit(1)).over(by_user))
+    heldout = (pairs.where(F.col("split") != _TRAIN)
+               .withColumn("pair_key", pair_key("user_key", "item_key"))
+               .withColumn("part", 2 * F.col("split") - 1 + holdout.cast("int")))
+    train = pairs.where(F.col("split") == _TRAIN).withColumn("part", F.lit(0))
+    columns = ["user_idx", "item_idx", "split", "part"]
+    return train.select(*columns).unionByName(heldout.select(*columns))
+
+
+def split(pairs: DataFrame, config: SplitConfig
+          ) -> tuple[DataFrame, DataFrame, DataFrame, dict[str, Any]]:
+    """Split positive (user_id, item_id) pairs (no duplicates), as the pandas engine does.
+
+    Returns:
+      users (user_idx, user_id, split name), items (item_idx, item_id), pairs (user_idx,
+      item_idx, split code, part code), and the counts the pandas engine records.
+    """
+    pairs = pairs.persist()
+    try:
+        return _split(pairs, config)
+    finally:
+        pairs.unpersist()
+
+
+def _split(pairs: DataFrame, config: SplitConfig
+           ) -> tuple[DataFrame, DataFrame, DataFrame, dict[str, Any]]:
+    users, n_users = _assign_users(pairs, config)
+    with_split = pairs.join(users, "user_id")
+    items = with_rank(with_split.where(F.col("split") == _TRAIN).select("item_id").distinct(),
+                      ["item_id"], "item_idx")
+    items = items.withColumn("item_key", id_keys(config.seed)("item_id")).localCheckpoint()
+    kept = with_split.join(items, "item_id").localCheckpoint()
+    counts: dict[str, Any] = {"pairs_outside_item_universe": pairs.count() - kept.count()}
+    kept_users = with_rank(kept.select("user_id", "split").distinct(), ["split", "user_id"],
+                           "user_idx").localCheckpoint()
+    counts["heldout_users_without_items"] = n_users - kept_users.count()
+    placed = _parts(kept.join(kept_users.select("user_id", "user_idx"), "user_id"),
+                    config).localCheckpoint()
+    per_split: dict[int, int] = dict(kept_users.groupBy("split").count().collect())
+    holdouts = placed.where((F.col("part") % 2 == 0) & (F.col("split") != _TRAIN))
+    with_holdout: dict[int, int] = dict(
+        holdouts.groupBy("split").agg(F.count_distinct("user_idx")).collect())
+    for code, name in enumerate(SPLITS[1:], start=1):
+        counts[f"{name}_users_without_holdout"] = int(
+            per_split.get(code, 0) - with_holdout.get(code, 0))
+    names = F.element_at(F.array(*[F.lit(s) for s in SPLITS]), F.col("split") + 1)
+    user_index = kept_users.select(F.col("user_idx"), "user_id", names.alias("split"))
+    return user_index, items.select("item_idx", "item_id"), placed, counts
+
+
+def write(directory: Path, users: DataFrame, items: DataFrame, pairs: DataFrame,
+          counts: dict[str, Any], **manifest: Any) -> dict[str, Any]:
+    """The pandas engine's files from the Spark split, each streamed in its sorted order."""
+    n_users = {name: 0 for name in SPLITS} | dict(users.groupBy("split").count().collect())
+    n_items = items.count()
+    offsets = user_offsets(n_users)
+    pair_counts: dict[str, int] = {}
+    row_groups: list[list[int]] = []
+    for code, part in enumerate(matrix_names()):
+        name = part.split("_")[0]
+        rows = pairs.where(F.col("part") == code).select("user_idx", "item_idx")
+        batches = sorted_batches(rows, ["user_idx", "item_idx"])
+        shape, offset = (n_users[name], n_items), offsets[name]
+        if part == "train":  # in row groups a rank can read alone: its share
+            pair_counts[part], row_groups = write_part(directory, part, batches, shape, offset,
+                                                       row_group_rows(rows.count()))
+        else:
+            pair_counts[part], _ = write_part(directory, part, batches, shape, offset)
+    _stream(directory / "user_index.parquet", users, "user_idx",
+            [("user_idx", pa.int32()), ("user_id", _arrow(users, "user_id")),
+             ("split", pa.string())])
+    _stream(directory / "item_index.parquet", items, "item_idx",
+            [("item_idx", pa.int32()), ("item_id", _arrow(items, "item_id"))])
+    extra = manifest.pop("extra") | {ROW_GROUPS: row_groups}
+    return write_split_manifest(directory, counts=counts, pairs=pair_counts, n_users=n_users,
+                                n_items=n_items, extra=extra, **manifest)
+
+
+def _arrow(frame: DataFrame, column: str) -> pa.DataType:
+    """The Arrow type of an id column: its type in ``interactions.parquet``, as pandas keeps
+    it (text as ``string``)."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    kind = to_arrow_type(frame.schema[column].dataType)
+    return pa.string() if pa.types.is_large_string(kind) else kind
+
+
+def _stream(path: Path, frame: DataFrame, order: str, fields: list[tuple[str, Any]]) -> None:
+    for _ in save_parquet_batches(path, pa.schema(fields), sorted_batches(frame, [order])):
+        pass

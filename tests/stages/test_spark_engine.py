@@ -1,0 +1,261 @@
+"""``--engine spark`` writes what ``--engine pandas`` writes: preprocess side by side, the split
+against its rule (users by key, items of training users, held-out items by pair key).
+
+One local SparkSession (the ``spark`` fixture) runs every case; the inputs are small."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import zipfile
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import scipy.sparse as sp
+import stage_checks
+from test_preprocess_stage import HEADER, download
+from test_split_stage import interactions
+
+from vaecf.data.split import SplitConfig, heldout_counts
+from vaecf.data.split_keys import id_text, pair_keys, text_keys
+from vaecf.data.splits import SPLITS, matrix_names
+from vaecf.io import read_manifest
+
+pytestmark = pytest.mark.usefixtures("spark")
+
+
+def _ratings(seed: int = 0) -> pd.DataFrame:
+    """90 users x 50 items, popularity skewed, half-star ratings, 10% of rows repeated: the
+    filters cut users and items at and around 5, and k-core needs 3 rounds."""
+    rng = np.random.default_rng(seed)
+    popularity = 1.0 / np.arange(1, 51)
+    rows = [(user, item, rng.choice(np.arange(1, 11)) / 2)
+            for user in rng.choice(np.arange(1, 10_000), 90, replace=False)
+            for item in rng.choice(np.arange(1, 51) * 3, rng.integers(4, 30), replace=False,
+                                   p=popularity / popularity.sum())]
+    frame = pd.DataFrame(rows, columns=["userId", "movieId", "rating"])
+    frame = pd.concat([frame, frame.sample(frac=0.1, random_state=seed)])
+    return frame.sample(frac=1.0, random_state=seed + 1).assign(timestamp=1_000)
+
+
+def _csv(frame: pd.DataFrame) -> bytes:
+    return HEADER + b"".join(b"%d,%d,%s,%d\n" % (u, i, repr(float(r)).encode(), t)
+                             for u, i, r, t in frame.itertuples(index=False))
+
+
+def _zip(name: str, data: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def _both(cli, raw: Path, out: Path, *flags: object) -> list[dict]:  # type: ignore[no-untyped-def]
+    """Run ``vaecf preprocess`` with each engine; their interactions must be equal."""
+    manifests = []
+    for engine in ("pandas", "spark"):
+        code, _, err = cli("preprocess", "--input", raw, "--output", out / engine,
+                           "--engine", engine, *flags)
+        assert code == 0, err
+        manifests.append(read_manifest(out / engine, "preprocess"))
+    tables = [pq.read_table(out / e / "interactions.parquet") for e in ("pandas", "spark")]
+    assert tables[0].schema.field("user_id").type == "int64"
+    assert tables[0].equals(tables[1])
+    assert [m["engine"] for m in manifests] == ["pandas", "spark"]
+    assert manifests[0]["counts"] == manifests[1]["counts"]
+    return manifests
+
+
+@pytest.mark.parametrize("flags", [(), ("--protocol", "paper"), ("--k-core",)],
+                         ids=["mission", "paper", "k-core"])
+def test_preprocess_engines_write_the_same_interactions(cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                        flags: tuple[str, ...]) -> None:
+    raw = download(cli, tmp_path, "ml-latest-small.zip",
+                   _zip("ml-latest-small/ratings.csv", _csv(_ratings())), "ml-latest-small")
+    counts = _both(cli, raw, tmp_path, *flags)[0]["counts"]
+    assert counts["duplicates"] > 0
+    assert counts["user_filter"]["users"] < counts["dedup"]["users"]
+    if flags == ("--k-core",):
+        assert counts["k_core"]["rounds"] >= 2
+    elif not flags:
+        assert counts["item_filter"]["items"] < counts["dedup"]["items"]
+
+
+@pytest.mark.parametrize(("name", "dataset", "separator"),
+                         [("ratings.dat", "ml-1m", b"::"), ("u.data", "ml-100k", b"\t")])
+def test_preprocess_engines_read_the_fixed_layouts(cli, tmp_path: Path, name: str,  # type: ignore[no-untyped-def]
+                                                   dataset: str, separator: bytes) -> None:
+    lines = [separator.join(b"%d" % v if isinstance(v, int) else b"%g" % v for v in row)
+             for row in _ratings(1).itertuples(index=False)]
+    folder = {"ml-1m": "ml-1m", "ml-100k": "ml-100k"}[dataset]
+    data = _zip(f"{folder}/{name}", b"\n".join(lines) + b"\n")
+    (tmp_path / "source").mkdir()
+    (tmp_path / "source" / f"{dataset}.zip").write_bytes(data)
+    code, _, err = cli("download", "--dataset", "movielens", "--source",
+                       tmp_path / "source" / f"{dataset}.zip", "--output", tmp_path / "raw")
+    assert code == 0, err
+    assert _both(cli, tmp_path / "raw", tmp_path)[1]["layout"] == name
+
+
+BAD = [  # the pandas engine's words (test_preprocess_stage.BAD_CSV), from Spark's reader
+    ("header only", HEADER, "ml-25m.zip:ml-25m/ratings.csv: no data rows"),
+    ("non-numeric id", HEADER + b"1,2,4.0,5\n1,two,4.0,5\n",
+     "ratings.csv: line 3: column 'movieId': 'two' is not an integer"),
+    ("rating Spark would parse", HEADER + b"1,2,4.0,5\n1,3,4d,5\n",
+     "ratings.csv: line 3: column 'rating': '4d' is not a number"),
+    ("rating out of range", HEADER + b"1,2,4.0,5\n1,3,9.5,5\n",
+     "ratings.csv: line 3: column 'rating': '9.5' is not in 0.5..5"),
+    ("last line cut", HEADER + b"1,2,4.0,5\n1,3,4.",
+     "ratings.csv: line 3: expected 4 fields", "last line cut short"),
+    ("non-UTF-8", HEADER + b"1,2,4.0,5\n1,\xe93,4.0,5\n",
+     "ratings.csv: line 3: bytes are not UTF-8"),
+]
+
+
+@pytest.mark.parametrize("case", BAD, ids=[case[0] for case in BAD])
+def test_spark_names_the_bad_line_as_pandas_does(cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                 case: tuple[bytes | str, ...]) -> None:
+    _, content, *expected = case
+    assert isinstance(content, bytes)
+    raw = download(cli, tmp_path, "ml-25m.zip", _zip("ml-25m/ratings.csv", content), "movielens")
+    result = cli("preprocess", "--input", raw, "--output", tmp_path / "out", "--engine", "spark")
+    stage_checks.assert_failed("preprocess", result, tmp_path / "out", *map(str, expected))
+
+
+def test_spark_refuses_a_dataset_it_cannot_read(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    lastfm = b"".join(b"u%d\tm%d\tA\t%d\n" % (u, i, u) for u in range(8) for i in range(5))
+    raw = download(cli, tmp_path, "usersha1-artmbid-artname-plays.tsv", lastfm, "lastfm")
+    result = cli("preprocess", "--input", raw, "--output", tmp_path / "out", "--engine", "spark")
+    stage_checks.assert_failed("preprocess", result, tmp_path / "out",
+                               "--engine spark reads the MovieLens layouts")
+
+
+# ---- the split: the rule written out longhand, and Spark's files against it ----
+
+def rule(frame: pd.DataFrame, config: SplitConfig) -> dict:
+    """The split rule (``vaecf.data.split``'s docstring) in plain Python, slow and obvious."""
+    user_ids = sorted(set(frame["user_id"]))
+    keys = dict(zip(user_ids, text_keys(config.seed, user_ids), strict=True))
+    n_val, n_test = heldout_counts(len(user_ids), config)
+    ordered = sorted(user_ids, key=lambda u: (int(keys[u]), id_text(u)))
+    split = {u: 1 if r < n_val else 2 if r < n_val + n_test else 0
+             for r, u in enumerate(ordered)}
+    frame = frame.assign(split=frame["user_id"].map(split))
+    items = sorted(set(frame.loc[frame["split"] == 0, "item_id"]))
+    item_keys = dict(zip(items, text_keys(config.seed, items), strict=True))
+    kept = frame[frame["item_id"].isin(items)]
+    users = sorted({(s, u) for u, s in zip(kept["user_id"], kept["split"], strict=True)})
+    user_idx = {u: i for i, (_, u) in enumerate(users)}
+    item_idx = {v: i for i, v in enumerate(items)}
+    parts: dict[str, list[tuple[int, int]]] = {name: [] for name in matrix_names()}
+    without_holdout = {"val": 0, "test": 0}
+    for user, group in kept.groupby("user_id"):
+        code = split[user]
+        if code == 0:
+            parts["train"] += [(user_idx[user], item_idx[i]) for i in group["item_id"]]
+            continue
+        name = SPLITS[code]
+        own = list(group["item_id"])
+        pairs = pair_keys(np.full(len(own), keys[user]), np.array([item_keys[i] for i in own]))
+        order = [i for _, _, i in sorted(zip(pairs.tolist(), map(id_text, own), own,
+                                             strict=True))]
+        cut = int(np.floor(config.holdout_fraction * len(order)))
+        parts[f"{name}_holdout"] += [(user_idx[user], item_idx[i]) for i in order[:cut]]
+        parts[f"{name}_fold_in"] += [(user_idx[user], item_idx[i]) for i in order[cut:]]
+        without_holdout[name] += cut == 0
+    return {"users": [(user_idx[u], u, SPLITS[s]) for s, u in users], "items": items,
+            "parts": {name: sorted(pairs) for name, pairs in parts.items()},
+            "counts": {"pairs_outside_item_universe": len(frame) - len(kept),
+                       "heldout_users_without_items": len(user_ids) - len(users),
+                       "val_users_without_holdout": without_holdout["val"],
+                       "test_users_without_holdout": without_holdout["test"]}}
+
+
+def _pairs(text_ids: bool) -> pd.DataFrame:
+    """300 users with 1..25 items among 120; the 6 users with the smallest keys (held out)
+    own only items nobody else has, so they leave the item universe with all their items."""
+    rng = np.random.default_rng(7)
+    user_ids = rng.choice(np.arange(1, 100_000), 300, replace=False)
+    rows = [(u, i) for u in user_ids
+            for i in rng.choice(np.arange(1, 121) * 11, rng.integers(1, 26), replace=False)]
+    frame = pd.DataFrame(rows, columns=["user_id", "item_id"])
+    shown = [f"u{u}" if text_ids else u for u in user_ids]
+    first = user_ids[np.argsort(text_keys(5, shown))[:6]]
+    frame = frame[~frame["user_id"].isin(first)]
+    lost = pd.DataFrame([(u, 5_000 + 10 * n + k) for n, u in enumerate(first) for k in range(3)],
+                        columns=["user_id", "item_id"])
+    frame = pd.concat([frame, lost])
+    if text_ids:
+        frame = frame.assign(user_id=[f"u{u}" for u in frame["user_id"]],
+                             item_id=[f"i{i:x}" for i in frame["item_id"]])
+    return frame.sample(frac=1.0, random_state=1)
+
+
+@pytest.mark.parametrize(("text_ids", "flags", "config"), [
+    (False, (), SplitConfig(seed=5)),
+    (True, ("--protocol", "paper", "--heldout-users", 25, "--holdout-fraction", 0.5),
+     SplitConfig(seed=5, heldout_users=25, holdout_fraction=0.5)),
+], ids=["mission-integer-ids", "paper-text-ids"])
+def test_spark_split_follows_the_rule(cli, tmp_path: Path, text_ids: bool,  # type: ignore[no-untyped-def]
+                                      flags: tuple[object, ...], config: SplitConfig) -> None:
+    frame = _pairs(text_ids)
+    source = interactions(tmp_path / "in", frame)
+    code, _, err = cli("split", "--input", source, "--output", tmp_path / "out", "--seed", 5,
+                       "--engine", "spark", *flags)
+    assert code == 0, err
+    out, expected = tmp_path / "out", rule(frame, config)
+    users = pq.read_table(out / "user_index.parquet").to_pandas()
+    assert list(users.itertuples(index=False, name=None)) == expected["users"]
+    items = pq.read_table(out / "item_index.parquet").to_pandas()
+    assert list(items["item_id"]) == expected["items"]
+    assert list(items["item_idx"]) == list(range(len(expected["items"])))
+    manifest = read_manifest(out, "dataset")
+    assert manifest["engine"] == "spark"
+    counts = {k: manifest["counts"][k] for k in expected["counts"]}
+    assert counts == expected["counts"]
+    assert counts["heldout_users_without_items"] >= 6  # the users who lost every item
+    assert counts["val_users_without_holdout"] + counts["test_users_without_holdout"] > 0
+    for part, pairs in expected["parts"].items():
+        table = pq.read_table(out / f"{part}.parquet")
+        assert table.schema.types == ["int32", "int32"]
+        assert list(zip(*table.to_pydict().values(), strict=True)) == pairs, part
+        offset = manifest["user_offset"][part.split("_")[0]]
+        rows = manifest["n_users"][part.split("_")[0]]
+        matrix = sp.load_npz(out / f"{part}.npz")
+        want = sp.csr_matrix((np.ones(len(pairs), np.float32),
+                              ([u - offset for u, _ in pairs], [i for _, i in pairs])),
+                             shape=(rows, len(expected["items"])))
+        assert matrix.dtype == np.float32 and matrix.shape == want.shape
+        assert (matrix != want).nnz == 0, part
+
+
+assert_split_failed = partial(stage_checks.assert_failed, "split")
+
+
+def test_spark_split_refuses_too_few_users_as_pandas_does(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    source = interactions(tmp_path / "in", _pairs(False), dataset="ml-20m")
+    assert_split_failed(cli("split", "--input", source, "--output", tmp_path / "out",
+                            "--protocol", "paper", "--engine", "spark"), tmp_path / "out",
+                        "cannot hold out 10000 val + 10000 test users of 300")
+
+
+@pytest.mark.slow
+def test_the_cli_starts_its_own_session_on_the_master_it_is_given(tmp_path: Path) -> None:
+    """``vaecf split --engine spark`` as a process: no session is active, so it starts one on
+    the master that MASTER names (spark-submit's variable), and stops it."""
+    source = interactions(tmp_path / "in", _pairs(False))
+    env = {**os.environ, "MASTER": "local[1]"}
+    env.pop("SPARK_CONF_DIR", None)
+    done = subprocess.run([sys.executable, "-m", "vaecf.cli", "split", "--input", str(source),
+                           "--output", str(tmp_path / "out"), "--engine", "spark"],
+                          capture_output=True, text=True, env=env, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "master local[1]" in done.stdout
+    assert "Using Spark's default log4j profile" not in done.stderr  # vaecf's quiet one
+    assert read_manifest(tmp_path / "out", "dataset")["engine"] == "spark"
