@@ -54,7 +54,8 @@ def test_pair_keys_match_the_definition() -> None:
     users = rng.integers(-(2**63), 2**63 - 1, size=200, dtype=np.int64)
     items = rng.integers(-(2**63), 2**63 - 1, size=200, dtype=np.int64)
     got = pair_keys(users, items)
-    assert got.tolist() == [reference_pair(int(u), int(i)) for u, i in zip(users, items)]
+    assert got.tolist() == [reference_pair(int(u), int(i))
+                            for u, i in zip(users, items, strict=True)]
 
 
 @pytest.mark.parametrize("bad", [True, 1.5, None, b"7"])
