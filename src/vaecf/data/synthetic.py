@@ -53,9 +53,9 @@ def iter_ratings(n_users: int, n_items: int, seed: int, mean_items: float = 146.
     """Draw a MovieLens-shaped ratings table block by block, in bounded memory.
 
     Each block holds at most ``_CHUNK_USERS`` users (fewer above ``_DENSE_ITEMS`` items) and
-    is drawn from ``seed`` alone, so memory does not grow with ``n_users`` beyond a few
-    numbers per user (their taste and item count), and the same arguments give the same
-    blocks.
+    is drawn from ``seed`` alone, so memory grows with ``n_users`` only by each user's taste
+    and item count (under 200 bytes while they are drawn), and the same arguments give the
+    same blocks.
 
     Args:
       n_users: users to draw (``userId`` 1..n_users).
