@@ -94,7 +94,10 @@ def _text_ranks(ids: np.ndarray) -> np.ndarray:
 
     Python's ``str`` order is code point order, which is UTF-8 byte order (Spark's).
     """
-    texts = np.array([id_text(v) for v in ids.tolist()], dtype=object)
+    if ids.dtype.kind in "iu":  # decimal digits, as id_text writes them, without a Python loop
+        texts = ids.astype(str)
+    else:
+        texts = np.array([id_text(v) for v in ids.tolist()], dtype=object)
     ranks = np.empty(len(texts), dtype=np.int64)
     ranks[np.argsort(texts, kind="stable")] = np.arange(len(texts))
     return ranks
