@@ -157,7 +157,14 @@ def test_saved_model_is_scored_through_its_score_signature(synthetic_split, cli,
     fold_in, holdout = split.heldout("test")
     expected = evaluate(lambda rows: np.asarray(rows @ weights), fold_in, holdout,
                         engine="numpy").summary()
-    assert {key: metrics[key] for key in expected} == expected
+    # The same scores, so the same rankings: recall and the counts are equal exactly. NDCG
+    # sums its discounts in another order in TensorFlow than in numpy, which can leave a
+    # user's value one ulp apart (2 users of this split, 1.1e-16): equal to rounding.
+    assert {key: metrics[key] for key in expected if key != "ndcg_at_100"} == {
+        key: value for key, value in expected.items() if key != "ndcg_at_100"}
+    for part in ("mean", "stderr"):
+        assert metrics["ndcg_at_100"][part] == pytest.approx(
+            expected["ndcg_at_100"][part], rel=1e-12, abs=0.0)
     assert metrics["model"] == str(model)
 
 

@@ -233,6 +233,27 @@ def test_spark_split_follows_the_rule(cli, tmp_path: Path, text_ids: bool,  # ty
                              shape=(rows, len(expected["items"])))
         assert matrix.dtype == np.float32 and matrix.shape == want.shape
         assert (matrix != want).nnz == 0, part
+    # ... and the pandas engine's files on the same input and seed are equal by content.
+    code, _, err = cli("split", "--input", source, "--output", tmp_path / "pandas", "--seed", 5,
+                       *flags)
+    assert code == 0, err
+    assert_same_split(out, tmp_path / "pandas")
+
+
+def assert_same_split(spark: Path, pandas: Path) -> None:
+    """Two engines' splits equal by content: every table, every matrix, the manifests' counts
+    and layout (Parquet bytes may differ)."""
+    for name in ["user_index", "item_index", *matrix_names()]:
+        assert (pq.read_table(spark / f"{name}.parquet").to_pydict()
+                == pq.read_table(pandas / f"{name}.parquet").to_pydict()), name
+    for name in matrix_names():
+        a, b = sp.load_npz(spark / f"{name}.npz"), sp.load_npz(pandas / f"{name}.npz")
+        assert a.shape == b.shape and a.dtype == b.dtype and (a != b).nnz == 0, name
+    manifests = read_manifest(spark, "dataset"), read_manifest(pandas, "dataset")
+    assert [m["engine"] for m in manifests] == ["spark", "pandas"]
+    for key in ("counts", "n_users", "n_items", "user_offset", "train_row_groups",
+                "split_function", "parameters"):
+        assert manifests[0][key] == manifests[1][key], key
 
 
 assert_split_failed = partial(stage_checks.assert_failed, "split")

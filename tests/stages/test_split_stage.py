@@ -31,11 +31,15 @@ def _pairs(seed: int = 0) -> pd.DataFrame:
 
 
 def interactions(directory: Path, frame: pd.DataFrame, dataset: str = "synthetic",
-                 protocol: str | None = None) -> Path:
-    """A preprocess output directory holding ``frame`` (as ``vaecf preprocess`` writes it)."""
+                 protocol: str | None = None, row_group_size: int | None = None) -> Path:
+    """A preprocess output directory holding ``frame`` (as ``vaecf preprocess`` writes it, or
+    in row groups of ``row_group_size`` rows)."""
     directory.mkdir(parents=True)
-    save_parquet(directory / "interactions.parquet", pa.Table.from_pandas(
-        frame, preserve_index=False))
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    if row_group_size is None:
+        save_parquet(directory / "interactions.parquet", table)
+    else:
+        pq.write_table(table, directory / "interactions.parquet", row_group_size=row_group_size)
     write_manifest(directory, "preprocess", inputs={}, counts={}, started=0.0,
                    parameters={"protocol": protocol} if protocol else {},
                    extra={"dataset": dataset})
@@ -57,14 +61,20 @@ assert_failed = partial(stage_checks.assert_failed, "split")
 
 
 def test_same_seed_and_shuffled_rows_give_identical_files(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Same seed, shuffled rows, or rows in many small row groups: the same bytes."""
     frame = _pairs()
     source = interactions(tmp_path / "in", frame)
     shuffled = interactions(tmp_path / "shuffled", frame.sample(frac=1.0, random_state=3))
+    chunked = interactions(tmp_path / "chunked", frame.sample(frac=1.0, random_state=4),
+                           row_group_size=37)
+    assert pq.ParquetFile(chunked / "interactions.parquet").num_row_groups > 100
     first = _split(cli, source, tmp_path / "a", "--seed", 5)
     again = _split(cli, source, tmp_path / "b", "--seed", 5)
     from_shuffled = _split(cli, shuffled, tmp_path / "c", "--seed", 5)
+    from_chunked = _split(cli, chunked, tmp_path / "e", "--seed", 5)
     other_seed = _split(cli, source, tmp_path / "d", "--seed", 6)
-    assert _data_files(first) == _data_files(again) == _data_files(from_shuffled)
+    assert (_data_files(first) == _data_files(again) == _data_files(from_shuffled)
+            == _data_files(from_chunked))
     assert _data_files(first)["train.npz"] != _data_files(other_seed)["train.npz"]
     manifests = [json.loads((d / "dataset_manifest.json").read_text()) for d in (first, again)]
     assert manifests[0].pop("run") and manifests[1].pop("run")

@@ -1,13 +1,16 @@
-"""The synthetic generator: deterministic, MovieLens-shaped, with popularity skew."""
+"""The synthetic generator: deterministic, MovieLens-shaped, with popularity skew, streamed."""
 
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from vaecf.data.synthetic import generate_ratings, write_ratings_csv
+from vaecf.data.datasets import get_dataset
+from vaecf.data.download import SyntheticSize, download_dataset
+from vaecf.data.synthetic import generate_ratings, iter_ratings, write_ratings_csv
 
 
 def test_deterministic_and_shaped(tmp_path: Path) -> None:
@@ -53,3 +56,40 @@ def test_a_large_catalogue_ranks_candidates_and_reaches_its_tail() -> None:
     assert counts.size > 60_000  # the tail is reached
     # 0.5% of the catalogue holds 12% of the ratings (drawn uniformly: about 3%)
     assert counts[:1000].sum() / counts.sum() > 0.08
+
+
+def _peak_traced_bytes(directory: Path, n_users: int) -> int:
+    """Peak bytes that Python and numpy held while ``download --dataset synthetic`` generated
+    ``n_users`` users x 1,000 items into ``directory``."""
+    directory.mkdir()
+    tracemalloc.start()
+    try:
+        download_dataset(get_dataset("synthetic"), None, directory,
+                         synthetic=SyntheticSize(n_users, 1000, seed=4))
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_download_streams_in_bounded_memory(tmp_path: Path) -> None:
+    """Four times the users (174,000 vs 690,000 ratings), about the same peak memory: ratings
+    are drawn and written a block of users at a time, so the peak is one block's (33 and 39
+    MiB, blocks differ in size). Building the whole table first peaked at 34 and 90 MiB."""
+    small = _peak_traced_bytes(tmp_path / "small", 1300)
+    large = _peak_traced_bytes(tmp_path / "large", 5200)
+    assert large < 1.5 * small, (small, large)
+    rows = sum(1 for _ in (tmp_path / "large" / "ratings.csv").open()) - 1
+    assert rows > 3.9 * (sum(1 for _ in (tmp_path / "small" / "ratings.csv").open()) - 1)
+
+
+def test_blocks_join_into_the_table_and_rerun_identically(tmp_path: Path) -> None:
+    """The streamed file is the in-memory table written at once, byte for byte, and a rerun
+    writes the same bytes; blocks cover users in order, at most 1,024 each."""
+    blocks = list(iter_ratings(2100, 300, seed=7, mean_items=20.0))
+    assert [int(b["userId"].nunique()) for b in blocks] == [1024, 1024, 52]
+    assert all(b["userId"].min() == 1 + 1024 * k for k, b in enumerate(blocks))
+    write_ratings_csv(iter_ratings(2100, 300, seed=7, mean_items=20.0), tmp_path / "a.csv")
+    write_ratings_csv(iter_ratings(2100, 300, seed=7, mean_items=20.0), tmp_path / "b.csv")
+    write_ratings_csv(pd.concat(blocks, ignore_index=True), tmp_path / "c.csv")
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "c.csv").read_bytes()

@@ -188,15 +188,14 @@ def _fetch_verified(uri: str, dest: Path, name: str, remote: RemoteFile | None,
 
 
 def _generate(directory: Path, size: SyntheticSize) -> dict[str, Any]:
-    from vaecf.data.synthetic import generate_ratings, write_ratings_csv
+    from vaecf.data.synthetic import iter_ratings, write_ratings_csv
 
     if size.n_users < 1 or size.n_items < 2:
         raise VaecfError(f"--synthetic-users/--synthetic-items: need at least 1 user and 2 "
                          f"items, got {size.n_users} and {size.n_items}")
-    frame = generate_ratings(size.n_users, size.n_items, size.seed)
     path = directory / "ratings.csv"
-    write_ratings_csv(frame, path)
-    log.info(f"synthetic: {len(frame):,} ratings of {size.n_users:,} users x "
+    written = write_ratings_csv(iter_ratings(size.n_users, size.n_items, size.seed), path)
+    log.info(f"synthetic: {written:,} ratings of {size.n_users:,} users x "
              f"{size.n_items:,} items (seed {size.seed})")
     return {"name": path.name, "source": "generated", "bytes": path.stat().st_size,
             "md5": md5_file(path), "expected_md5": None}

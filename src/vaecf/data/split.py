@@ -1,17 +1,21 @@
 """Split implicit interactions into train/val/test users and fold_in/holdout items.
 
-A pure function of (interactions, config): pairs are put in a canonical order first, so the
-order of input rows does not matter, and all randomness comes from ``config.seed``.
+A pure function of the data and ``config.seed``: every user and every pair is placed by its
+seeded key (``vaecf.data.split_keys``), never by a random stream or by the order of rows, so
+the order and chunking of the input do not matter and any engine that computes the same keys
+(pandas here, Spark) makes the same split. The manifest names the rule (``split_function``).
 
 Rules (DESIGN.md section 4):
-- users are permuted with the seed; ``mission`` holds out ``val_fraction`` and
-  ``test_fraction`` of them (7% + 7%), ``paper`` a fixed number each (``heldout_users``);
+- users ordered by (user key, id text): ``mission`` holds out the first
+  ``round(val_fraction * n)`` as val and the next ``round(test_fraction * n)`` as test (7% +
+  7%), ``paper`` a fixed number each (``heldout_users``); the rest are train;
 - the item universe is the items of training users; val/test pairs outside it are dropped,
   and a held-out user left with no items is dropped (both counted);
-- each held-out user's items are shuffled and ``floor(holdout_fraction * n)`` of them form
-  the holdout, the rest the fold_in (as Liang et al.'s code). A user with fewer than
-  ``1 / holdout_fraction`` items (fewer than 5 at 20%) therefore has an empty holdout: the
-  user stays in the fold_in matrix and evaluation counts it as skipped.
+- each held-out user's items ordered by (pair key, item id text): the first
+  ``floor(holdout_fraction * n)`` form the holdout, the rest the fold_in (Liang et al.'s
+  count). A user with fewer than ``1 / holdout_fraction`` items (fewer than 5 at 20%)
+  therefore has an empty holdout: the user stays in the fold_in matrix and evaluation counts
+  it as skipped.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from vaecf.data.split_keys import SPLIT_FUNCTION, id_text, pair_keys, text_keys
 from vaecf.data.splits import (
     MANIFEST_STAGE,
     PAIRS_SCHEMA,
@@ -61,7 +66,8 @@ class SplitResult:
 
 
 def heldout_counts(n_users: int, config: SplitConfig) -> tuple[int, int]:
-    """(val users, test users) to hold out of ``n_users``: every engine's counts."""
+    """(val users, test users) to hold out of ``n_users``: every engine's counts (Python's
+    ``round``, halves to even, on the driver)."""
     if config.heldout_users is not None:
         n_val = n_test = config.heldout_users
     else:
@@ -73,14 +79,36 @@ def heldout_counts(n_users: int, config: SplitConfig) -> tuple[int, int]:
     return n_val, n_test
 
 
-def _assign_users(n_users: int, config: SplitConfig) -> np.ndarray:
-    """(n_users,) int8 split code per user (index into ``SPLITS``), users in sorted-id order."""
+def _assign_users(user_ids: np.ndarray, user_keys: np.ndarray,
+                  config: SplitConfig) -> np.ndarray:
+    """(n_users,) int8 split code per user (index into ``SPLITS``).
+
+    Args:
+      user_ids: (n_users,) distinct raw ids, in sorted order.
+      user_keys: (n_users,) int64 their keys: users ordered by (key, id text), the first
+        ``n_val`` are val, the next ``n_test`` test, the rest train.
+    """
+    n_users = len(user_ids)
     n_val, n_test = heldout_counts(n_users, config)
-    order = np.random.default_rng(config.seed).permutation(n_users)
+    order = np.lexsort((_text_ranks(user_ids), user_keys))
     codes = np.zeros(n_users, dtype=np.int8)  # train
     codes[order[:n_val]] = SPLITS.index("val")
     codes[order[n_val:n_val + n_test]] = SPLITS.index("test")
     return codes
+
+
+def _text_ranks(ids: np.ndarray) -> np.ndarray:
+    """(n,) int64 rank of each of ``ids`` (distinct) by its text, the keys' tie-break.
+
+    Python's ``str`` order is code point order, which is UTF-8 byte order (Spark's).
+    """
+    if ids.dtype.kind in "iu":  # decimal digits, as id_text writes them, without a Python loop
+        texts = ids.astype(str)
+    else:
+        texts = np.array([id_text(v) for v in ids.tolist()], dtype=object)
+    ranks = np.empty(len(texts), dtype=np.int64)
+    ranks[np.argsort(texts, kind="stable")] = np.arange(len(texts))
+    return ranks
 
 
 def split_interactions(interactions: pd.DataFrame, config: SplitConfig) -> SplitResult:
@@ -92,7 +120,8 @@ def split_interactions(interactions: pd.DataFrame, config: SplitConfig) -> Split
     """
     user_ids, user_pos = np.unique(interactions["user_id"].to_numpy(), return_inverse=True)
     raw_items = interactions["item_id"].to_numpy()
-    split_of_user = _assign_users(len(user_ids), config)
+    user_keys = text_keys(config.seed, user_ids)
+    split_of_user = _assign_users(user_ids, user_keys, config)
     item_ids = np.unique(raw_items[split_of_user[user_pos] == 0])
     item_idx = np.minimum(np.searchsorted(item_ids, raw_items), len(item_ids) - 1)
     in_universe = item_ids[item_idx] == raw_items
@@ -114,34 +143,47 @@ def split_interactions(interactions: pd.DataFrame, config: SplitConfig) -> Split
     user_idx = idx_of_pos[user_pos]
     canonical = np.lexsort((item_idx, user_idx))
     user_idx, item_idx = user_idx[canonical], item_idx[canonical]
-    part = _parts(user_idx, split_of_user[order][user_idx], config)
+    split_of_idx = split_of_user[order]
+    part = _parts(user_idx, item_idx, split_of_idx, user_keys[order],
+                  item_ids, config)
     for code, split in enumerate(SPLITS[1:], start=1):
         with_holdout = len(np.unique(user_idx[part == 2 * code]))
         counts[f"{split}_users_without_holdout"] = int(
-            (split_of_user[order] == code).sum() - with_holdout)
+            (split_of_idx == code).sum() - with_holdout)
     pairs = pd.DataFrame({
         "user_idx": user_idx.astype(np.int32), "item_idx": item_idx.astype(np.int32),
         "part": pd.Categorical.from_codes(part, categories=matrix_names())})
     return SplitResult(users=users, item_ids=item_ids, pairs=pairs, counts=counts)
 
 
-def _parts(user_idx: np.ndarray, split: np.ndarray, config: SplitConfig) -> np.ndarray:
+def _parts(user_idx: np.ndarray, item_idx: np.ndarray, split: np.ndarray,
+           user_keys: np.ndarray, item_ids: np.ndarray, config: SplitConfig) -> np.ndarray:
     """Part code per pair (index into ``matrix_names()``: train, val_fold_in, val_holdout,
-    test_fold_in, test_holdout), by a seeded shuffle of each held-out user's items.
+    test_fold_in, test_holdout): each held-out user's items ordered by (pair key, item id
+    text), the first ``floor(holdout_fraction * n)`` the holdout.
 
     Args:
       user_idx: (n,) sorted; pairs in canonical (user_idx, item_idx) order.
-      split: (n,) split code of each pair's user.
+      item_idx: (n,) index into ``item_ids`` (the universe, sorted).
+      split: (n_users,) split code per user_idx.
+      user_keys: (n_users,) int64 key per user_idx.
     """
-    keys = np.random.default_rng([config.seed, 1]).random(len(user_idx))
-    order = np.lexsort((keys, user_idx))
-    starts = np.searchsorted(user_idx, user_idx, side="left")
-    sizes = np.searchsorted(user_idx, user_idx, side="right") - starts
+    part = np.zeros(len(user_idx), dtype=np.int8)  # train
+    heldout = np.flatnonzero(split[user_idx] != 0)
+    users, item_pos = user_idx[heldout], item_idx[heldout]
+    # Only the items held-out users have are hashed (each once), and only their pairs keyed.
+    present, item_pos = np.unique(item_pos, return_inverse=True)
+    item_keys = text_keys(config.seed, item_ids[present])
+    keys = pair_keys(user_keys[users], item_keys[item_pos])
+    order = np.lexsort((_text_ranks(item_ids[present])[item_pos], keys, users))
+    sizes = np.bincount(users, minlength=len(split))
+    starts = np.cumsum(sizes) - sizes
+    in_order = users[order]
     holdout = np.empty(len(order), dtype=bool)
-    holdout[order] = (np.arange(len(order)) - starts) < np.floor(
-        config.holdout_fraction * sizes)
-    part = np.where(split == 0, 0, 2 * split - 1 + holdout)
-    return part.astype(np.int8)
+    holdout[order] = (np.arange(len(order)) - starts[in_order]) < np.floor(
+        config.holdout_fraction * sizes[in_order])
+    part[heldout] = 2 * split[users] - 1 + holdout
+    return part
 
 
 def write_split(result: SplitResult, directory: Path, *, inputs: dict[str, Any],
@@ -192,8 +234,8 @@ def write_split_manifest(directory: Path, *, counts: dict[str, Any], pairs: dict
         directory, MANIFEST_STAGE, inputs=inputs, parameters=parameters,
         counts={**counts, "pairs": pairs, "users": n_users, "items": n_items},
         started=started,
-        extra={**extra, "n_items": n_items, "n_users": n_users,
-               "user_offset": user_offsets(n_users)})
+        extra={**extra, "split_function": SPLIT_FUNCTION, "n_items": n_items,
+               "n_users": n_users, "user_offset": user_offsets(n_users)})
 
 
 def write_synthetic_split(directory: Path, n_users: int, n_items: int, seed: int,
