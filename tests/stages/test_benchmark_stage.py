@@ -46,13 +46,15 @@ def test_train_command_uses_flags_train_accepts(tmp_path: Path, changes: dict) -
 def test_training_options_reach_train_as_its_flags(tmp_path: Path) -> None:
     from vaecf.train.benchmark import TRAINING_OPTIONS
 
-    command = train_command(_config(training_options=tuple(TRAINING_OPTIONS)),
+    options = tuple(name for name in TRAINING_OPTIONS if name != "one-layer-encoder")
+    command = train_command(_config(training_options=options),
                             tmp_path / "split", tmp_path / "run", "fp32", 1, 64)
     args = build_parser("train").parse_args(command[command.index("train") + 1:])
     assert (args.kl_per_item, args.composite_prior, args.alternate, args.encoder_layers,
             args.implicit_slim_every) == (0.005, True, 3, 5, 1)
-    plain = build_parser("train").parse_args(
-        train_command(_config(), tmp_path / "s", tmp_path / "r", "fp32", 1, 64)[4:])
+    plain = build_parser("train").parse_args(train_command(
+        _config(training_options=("one-layer-encoder",)), tmp_path / "s", tmp_path / "r",
+        "fp32", 1, 64)[4:])
     assert (plain.kl_per_item, plain.composite_prior, plain.alternate, plain.encoder_layers,
             plain.implicit_slim_every) == (None, False, 0, 1, 0)
 

@@ -65,6 +65,7 @@ class BenchmarkConfig:
 TRAINING_OPTIONS: dict[str, tuple[str, ...]] = {
     "kl-per-item": ("--kl-per-item", "0.005"), "composite-prior": ("--composite-prior",),
     "alternate": ("--alternate", "3"), "encoder-layers": ("--encoder-layers", "5"),
+    "one-layer-encoder": ("--encoder-layers", "1"),  # Mult-VAE's (train's default is 5)
     "implicit-slim": ("--implicit-slim-every", "1")}
 
 
