@@ -9,7 +9,6 @@ edits the parsed YAML structurally, never as text, so the result is always well-
 from __future__ import annotations
 
 import copy
-import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 from vaecf.errors import VaecfError
 from vaecf.io.readers import read_text
 from vaecf.io.storage import is_s3, split_s3
+from vaecf.k8s import job
 from vaecf.train.scaling import LR_RULES, scaled_learning_rate
 
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
@@ -101,22 +101,9 @@ class MPIJobParams:
 
 
 def job_name(run_id: str, prefix: str = "vaecf-train") -> str:
-    """A DNS-1035 label of at most ``MAX_JOB_NAME`` (51) characters derived from ``run_id``.
-
-    The same run id always gives the same name, which is what lets a retried step attach to
-    the job its first attempt created; different run ids give different names. A run id that
-    is already a short lower-case slug (a KFP run id, a UUID) is kept as it is; any other
-    (too long, or changed by the slugging: ``Run_42`` and ``run-42``) is cut and given the
-    first 8 hex digits of its SHA-256.
-    """
-    slug = re.sub(r"[^a-z0-9]+", "-", run_id.lower()).strip("-")
-    if not slug:
-        raise VaecfError(f"--run-id {run_id!r}: needs at least one letter or digit")
-    name = f"{prefix}-{slug}"
-    if len(name) > MAX_JOB_NAME or slug != run_id:
-        digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
-        name = f"{name[:MAX_JOB_NAME - 9].rstrip('-')}-{digest}"
-    return name
+    """The MPIJob's name for ``run_id``: at most ``MAX_JOB_NAME`` (51) characters
+    (``vaecf.k8s.job.job_name``)."""
+    return job.job_name(run_id, prefix, MAX_JOB_NAME)
 
 
 def run_label(run_id: str) -> str:
