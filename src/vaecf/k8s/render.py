@@ -54,6 +54,11 @@ _IMAGE = re.compile(r"^[a-z0-9.\-:]+(/[a-z0-9._\-]+)+(:[\w][\w.\-]{0,127})?"
                     r"(@sha256:[a-f0-9]{64})?$")
 
 
+def image_ref(value: str) -> bool:
+    """An image reference: registry/name[:tag][@sha256:digest]."""
+    return bool(_IMAGE.match(value))
+
+
 @dataclass(frozen=True)
 class MPIJobParams:
     """What varies between training runs; everything else comes from the template."""
@@ -122,7 +127,7 @@ def validate(params: MPIJobParams) -> None:
          "DNS-1123 label (a-z, 0-9, '-', <= 63 chars, no '.')"),
         (dns_subdomain(params.secret_name), f"--secret-name {params.secret_name[:80]!r}: "
          "expected a DNS-1123 name (<= 253 chars)"),
-        (bool(_IMAGE.match(params.image)),
+        (image_ref(params.image),
          f"--image {params.image!r}: expected registry/name[:tag][@sha256:digest]"),
         (1 <= params.workers <= MAX_WORKERS,
          f"--workers {params.workers}: expected 1..{MAX_WORKERS}"),
