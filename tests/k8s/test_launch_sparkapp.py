@@ -217,6 +217,22 @@ def test_an_application_deleted_under_the_step_is_never_created_again(env, cli, 
     assert retry.cluster.requests == []
 
 
+def test_an_application_gone_when_the_step_looks_is_deleted_elsewhere(env, cli, monkeypatch
+                                                                      ) -> None:
+    """Deleted between its creation and the step's first look (a 404, no DELETED event)."""
+    with serve(env, monkeypatch) as server:
+        server.cluster.scenario.on_create = lambda app: server.cluster.jobs.pop(
+            app["metadata"]["name"])
+        code, _, err = cli(*argv(env))
+    assert code == 1
+    assert err.startswith(f"vaecf launch-sparkapp: error: sparkapplication team-a/"
+                          f"{APP['preprocess']} was deleted by someone other than this step")
+    gets = server.cluster.seen("GET", f"/sparkapplications/{APP['preprocess']}")
+    assert len(gets) == 2  # is the input staged? then: where is it? (404)
+    assert storage.list_keys(f"{env['store']}/{APP['preprocess']}/deleted") == [
+        "sparkapplication.json"]
+
+
 def test_the_driver_log_is_followed_again_when_its_stream_ends(env, cli, monkeypatch) -> None:
     lines = [f"step {i}" for i in range(1, 9)]
     with serve(env, monkeypatch, states=["RUNNING", "COMPLETED"], log_lines=lines,
