@@ -297,13 +297,22 @@ def test_the_launcher_roles_grant_what_the_step_calls(env, cli, monkeypatch) -> 
                            "uid": "first-attempt", "resourceVersion": "1"}, "spec": {},
               "status": {"applicationState": {"state": "FAILED"}}}
     used: set[tuple[str, str, str]] = set()
+    codes = []
     for scenario, extra in [
             ({"existing": failed, "log_lines": ["step 1"], "on_create": driver_publishes,
               "deletion_seconds": 0.5, "states": ["RUNNING", "COMPLETED"]}, ()),
             ({"states": ["RUNNING"]}, ("--timeout", "1"))]:
         with serve(env, monkeypatch, **scenario) as server:
-            cli(*argv(env, *extra))
+            code, out, err = cli(*argv(env, *extra))
+        codes.append(code)
         used |= {rbac_verb(r) for r in server.cluster.requests}
+        if scenario.get("existing"):  # the failed one was deleted and created again
+            assert (f"sparkapplication team-a/{APP['preprocess']} exists and failed (FAILED): "
+                    "deleting it to run it again") in out
+            assert server.cluster.jobs[APP["preprocess"]]["metadata"]["uid"] == "uid-1"
+        else:
+            assert err.endswith("did not finish within 1 s; deleted the job\n")
+    assert codes == [0, 1]
     spark = granted(ROOT / "manifests" / "spark" / "rbac.yaml", "vaecf-spark-launcher")
     launcher = granted(ROOT / "manifests" / "base" / "rbac.yaml", "vaecf-launcher")
     assert used <= spark | launcher
