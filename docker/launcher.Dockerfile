@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # The pipeline's tool image: the train step (`vaecf launch-mpijob`: creates and watches the
-# MPIJob, copies the model out of object storage), the report step
-# (`python -m vaecf.k8s.kfp_report`) and the optional serve step (`vaecf deploy`). No TensorFlow: the training runs in the MPIJob's pods.
+# MPIJob, copies the model out of object storage), the Spark steps (`vaecf launch-sparkapp`),
+# the report step (`python -m vaecf.k8s.kfp_report`) and the optional serve step (`vaecf
+# deploy`). No TensorFlow: the training runs in the MPIJob's pods.
 # Build from the repository root:
 #   docker build -f docker/launcher.Dockerfile -t vaecf-launcher:0.1.0 .
 # It runs under any uid (`docker run --user "$(id -u):$(id -g)"`): matplotlib's cache goes to
@@ -17,6 +18,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     VAECF_MPIJOB_TEMPLATE=/opt/vaecf/manifests/mpijob.yaml \
     VAECF_INFERENCESERVICE_TEMPLATE=/opt/vaecf/manifests/inferenceservice.yaml \
+    VAECF_SPARKAPP_TEMPLATE=/opt/vaecf/manifests/sparkapplication.yaml \
     MPLCONFIGDIR=/tmp/matplotlib
 
 COPY requirements.lock pyproject.toml README.md /build/
@@ -36,6 +38,8 @@ RUN grep -E '^(kubernetes|PyYAML|google-auth|pyasn1|pyasn1_modules|cryptography|
 COPY manifests/base/mpijob.yaml /opt/vaecf/manifests/mpijob.yaml
 # The InferenceService template `vaecf deploy` renders (manifests/serving/).
 COPY manifests/serving/inferenceservice.yaml /opt/vaecf/manifests/inferenceservice.yaml
+# The SparkApplication template `vaecf launch-sparkapp` renders (manifests/spark/).
+COPY manifests/spark/sparkapplication.yaml /opt/vaecf/manifests/sparkapplication.yaml
 
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin vaecf
 USER 10001:10001

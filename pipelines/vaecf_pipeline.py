@@ -1,5 +1,6 @@
 """The vaecf pipeline: download -> preprocess -> split -> train (MPIJob) -> evaluate -> report,
-and, with ``serve=true``, deploy (a KServe InferenceService serving the model).
+and, with ``serve=true``, deploy (a KServe InferenceService serving the model). With
+``engine=spark`` preprocess and split run as SparkApplications (``vaecf launch-sparkapp``).
 
 Compile it with ``make pipeline`` (or ``python -m pipelines.vaecf_pipeline --output FILE``),
 then ``kfp run create -e vaecf -r my-run -f build/vaecf_pipeline.yaml dataset=ml-20m ...``.
@@ -20,6 +21,7 @@ from components.evaluate import evaluate
 from components.images import DEFAULT, DEFAULT_REGISTRY, DEFAULT_TAG, Images, load_digests
 from components.preprocess import preprocess
 from components.report import report
+from components.spark import spark_preprocess, spark_split
 from components.split import split
 from components.train import train
 
@@ -46,9 +48,9 @@ def retry_io(task: dsl.PipelineTask) -> dsl.PipelineTask:
     return task.set_retry(num_retries=3, backoff_duration="60s", backoff_factor=2.0)
 
 
-def data_steps(images: Images, dataset: Any, source: Any, protocol: Any, seed: Any,
-               s3_secret: Any, columns: dict[str, Any]) -> dsl.PipelineTask:
-    """download -> preprocess -> split, as every vaecf pipeline starts; the split task.
+def download_step(images: Images, dataset: Any, source: Any, seed: Any, s3_secret: Any,
+                  columns: dict[str, Any]) -> dsl.PipelineTask:
+    """The download task every vaecf pipeline starts with.
 
     Args:
       columns: ``user_column``, ``item_column``, ``value_column``, ``value_kind``: the
@@ -56,13 +58,47 @@ def data_steps(images: Images, dataset: Any, source: Any, protocol: Any, seed: A
     """
     fetched = download(dataset=dataset, source=source, seed=seed, **columns)
     fetched.set_container_image(images.data)
-    retry_io(use_s3_credentials(fetched, s3_secret))  # --source may be s3://
+    return retry_io(use_s3_credentials(fetched, s3_secret))  # --source may be s3://
 
-    filtered = preprocess(raw=fetched.outputs["raw"], protocol=protocol)
+
+def pandas_steps(images: Images, raw: Any, protocol: Any, seed: Any,
+                 engine: Any = "pandas") -> dsl.PipelineTask:
+    """preprocess -> split in the data image (the pandas engine); the split task.
+
+    ``engine`` reaches both stages' ``--engine``: a value other than ``pandas`` or ``spark``
+    stops preprocess with one line."""
+    filtered = preprocess(raw=raw, protocol=protocol, engine=engine)
     filtered.set_container_image(images.data)
 
-    splitted = split(interactions=filtered.outputs["interactions"], seed=seed, protocol=protocol)
+    splitted = split(interactions=filtered.outputs["interactions"], seed=seed, protocol=protocol,
+                     engine=engine)
     return splitted.set_container_image(images.data)
+
+
+def spark_steps(images: Images, raw: Any, protocol: Any, seed: Any, s3_secret: Any,
+                store: dict[str, Any], size: dict[str, Any]) -> dsl.PipelineTask:
+    """preprocess -> split as SparkApplications (``vaecf launch-sparkapp``); the split task.
+
+    Args:
+      store: ``s3_bucket``, ``s3_prefix``: where the applications read and write.
+      size: ``spark_image``, ``executors``, ``executor_cores``, ``executor_memory``,
+        ``driver_memory``: the applications' image and size.
+    """
+    common = dict(run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, protocol=protocol,
+                  s3_secret=s3_secret, **store, **size)
+    filtered = spark_preprocess(raw=raw, **common)
+    retry_io(use_s3_credentials(filtered.set_container_image(images.launcher), s3_secret))
+
+    splitted = spark_split(interactions=filtered.outputs["interactions"], seed=seed, **common)
+    return retry_io(use_s3_credentials(splitted.set_container_image(images.launcher),
+                                       s3_secret))  # re-attach to their own applications
+
+
+def data_steps(images: Images, dataset: Any, source: Any, protocol: Any, seed: Any,
+               s3_secret: Any, columns: dict[str, Any]) -> dsl.PipelineTask:
+    """download -> preprocess -> split (pandas engine); the split task."""
+    fetched = download_step(images, dataset, source, seed, s3_secret, columns)
+    return pandas_steps(images, fetched.outputs["raw"], protocol, seed)
 
 
 def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
@@ -86,12 +122,29 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
               gpus_per_worker: str = "1", compression: str = "none",
               nccl_debug: str = "WARN", s3_bucket: str = "vaecf", s3_prefix: str = "runs",
               s3_secret: str = "vaecf-s3", train_image: str = images.train,
-              serve: str = "false", serve_image: str = images.serve) -> None:
+              serve: str = "false", serve_image: str = images.serve,
+              engine: str = "pandas", spark_image: str = images.ref("spark"),
+              spark_executors: str = "2", spark_executor_cores: str = "2",
+              spark_executor_memory: str = "4g", spark_driver_memory: str = "4g") -> None:
         columns = {"user_column": user_column, "item_column": item_column,
                    "value_column": value_column, "value_kind": value_kind}
-        splitted = data_steps(images, dataset, source, protocol, seed, s3_secret, columns)
+        fetched = download_step(images, dataset, source, seed, s3_secret, columns)
+        raw = fetched.outputs["raw"]
+        # engine=spark: preprocess and split run as SparkApplications; either branch
+        # publishes the same split artifact, which every later step reads.
+        with dsl.If(engine == "spark", name="spark"):
+            on_spark = spark_steps(
+                images, raw, protocol, seed, s3_secret,
+                store={"s3_bucket": s3_bucket, "s3_prefix": s3_prefix},
+                size={"spark_image": spark_image, "executors": spark_executors,
+                      "executor_cores": spark_executor_cores,
+                      "executor_memory": spark_executor_memory,
+                      "driver_memory": spark_driver_memory})
+        with dsl.Else(name="pandas"):
+            on_pandas = pandas_steps(images, raw, protocol, seed, engine)
+        split_data = dsl.OneOf(on_spark.outputs["split"], on_pandas.outputs["split"])
 
-        trained = train(split=splitted.outputs["split"],
+        trained = train(split=split_data,
                         run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, train_image=train_image,
                         s3_bucket=s3_bucket, s3_prefix=s3_prefix, workers=workers,
                         gpus_per_worker=gpus_per_worker, epochs=epochs,
@@ -101,10 +154,10 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
         trained.set_container_image(images.launcher).set_caching_options(False)
         retry_io(use_s3_credentials(trained, s3_secret))  # re-attaches to its own MPIJob
 
-        evaluated = evaluate(split=splitted.outputs["split"], model=trained.outputs["model"])
+        evaluated = evaluate(split=split_data, model=trained.outputs["model"])
         use_gpus(evaluated.set_container_image(images.train), 1)
 
-        reported = report(split=splitted.outputs["split"], model=trained.outputs["model"],
+        reported = report(split=split_data, model=trained.outputs["model"],
                           evaluation=evaluated.outputs["evaluation"])
         reported.set_container_image(images.launcher)
 

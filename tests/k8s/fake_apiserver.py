@@ -1,20 +1,24 @@
-"""A small, real Kubernetes API server on loopback: just what ``vaecf launch-mpijob`` and
-``vaecf deploy`` call, behaving as a real one does when things go wrong.
+"""A small, real Kubernetes API server on loopback: just what ``vaecf launch-mpijob``,
+``vaecf launch-sparkapp`` and ``vaecf deploy`` call, behaving as a real one does when things
+go wrong.
 
-It speaks plain HTTP on 127.0.0.1 to the real ``kubernetes`` client: create/get/delete of
-MPIJobs and their watch (one JSON event per line, from the ``resourceVersion`` asked for,
-until ``timeoutSeconds``), pod list by label, a pod log stream (``container``, ``timestamps``,
-``sinceSeconds``), events by field selector; get, create and merge-patch of InferenceServices.
-Like a real API server it validates fields strictly when asked (``fieldValidation=Strict``:
-MPIJobs against mpi-operator's CRD schema), answers 409 while a job is being deleted, sends
-DELETED events, and a ``Scenario`` scripts what goes wrong: stalls (a request accepted and
-never answered), a restart (connection refused, then back), watch ERROR events, a log stream
-that ends while the pod runs, a sidecar in the launcher pod, Warning headers.
+It speaks plain HTTP on 127.0.0.1 to the real ``kubernetes`` client: create/get/delete of jobs
+(MPIJobs, or SparkApplications: ``Scenario.kind``) and their watch (one JSON event per line,
+from the ``resourceVersion`` asked for, until ``timeoutSeconds``), pod list by label, a pod
+log stream (``container``, ``timestamps``, ``sinceSeconds``), events by field selector; get,
+create and merge-patch of InferenceServices. Like a real API server it validates fields
+strictly when asked (``fieldValidation=Strict``: jobs against their operator's CRD schema),
+answers 409 while a job is being deleted, sends DELETED events, and a ``Scenario`` scripts
+what goes wrong: stalls (a request accepted and never answered), a restart (connection
+refused, then back), watch ERROR events, a log stream that ends while the pod runs, a sidecar
+in the job's main pod, Warning headers. The operator's part (the job's states, its pods) is
+played per kind (``KINDS``).
 Every request is recorded so tests can assert on what the launcher sent.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -28,7 +32,7 @@ from typing import Any
 import yaml
 from loopback_http import JsonHandler, Request
 
-CRD = Path(__file__).resolve().parents[1] / "manifests" / "schemas" / "mpijob-crd-v2beta1.yaml"
+SCHEMAS = Path(__file__).resolve().parents[1] / "manifests" / "schemas"
 # KServe v1beta1: an InferenceServiceSpec has exactly these components (each a pod-like spec)
 INFERENCESERVICE_SCHEMA: dict[str, Any] = {"type": "object", "properties": {
     "apiVersion": {}, "kind": {}, "metadata": {"x-kubernetes-preserve-unknown-fields": True},
@@ -36,16 +40,92 @@ INFERENCESERVICE_SCHEMA: dict[str, Any] = {"type": "object", "properties": {
     "spec": {"type": "object", "properties": {
         part: {"x-kubernetes-preserve-unknown-fields": True}
         for part in ("predictor", "explainer", "transformer")}}}}
-TERMINAL = ("Succeeded", "Failed")
 STEP_SECONDS = 0.05  # between two states of a job
+
+
+@dataclass(frozen=True)
+class FakeKind:
+    """How one operator's jobs look: their API, CRD, states and pods."""
+
+    group: str
+    plural: str
+    crd: str  # file in tests/manifests/schemas
+    terminal: tuple[str, ...]
+    failed: tuple[str, ...]
+    main_pod: str  # the main pod's name suffix (after "<job>")
+    main_container: str
+    states: tuple[str, ...]  # what a job goes through by default
+
+    def status(self, name: str, state: str) -> dict[str, Any]:
+        failed = state in self.failed
+        if self.plural == "mpijobs":
+            message = "launcher exited with code 1" if failed else f"job is {state}"
+            return {"conditions": [{"type": state, "status": "True",
+                                    "reason": f"MPIJob{state}", "message": message}]}
+        errors = {"FAILED": "driver container failed with ExitCode: 1, Reason: Error",
+                  "SUBMISSION_FAILED": "failed to run spark-submit: exit status 1"}
+        applied: dict[str, Any] = {"state": state}
+        if state in errors:
+            applied["errorMessage"] = errors[state]
+        return {"applicationState": applied, "driverInfo": {"podName": f"{name}-driver"}}
+
+    def state(self, job: dict[str, Any]) -> str | None:
+        status = job.get("status") or {}
+        if self.plural == "mpijobs":
+            return ((status.get("conditions") or [{}])[-1]).get("type")
+        return (status.get("applicationState") or {}).get("state")
+
+    def pods(self, name: str, job: dict[str, Any], state: str | None,
+             sidecar: bool) -> list[dict[str, Any]]:
+        """The job's main pod (launcher, driver) and its workers or executors."""
+        phase = ("Failed" if state in self.failed else "Succeeded") if state in self.terminal \
+            else "Running"
+        containers = [{"name": self.main_container}] + (
+            [{"name": "istio-proxy"}] if sidecar else [])
+        if self.plural == "mpijobs":
+            labels = {"training.kubeflow.org/job-name": name}
+            replicas = job.get("spec", {}).get("mpiReplicaSpecs", {}).get("Worker", {}).get(
+                "replicas", 0)
+            return [{"metadata": {"name": f"{name}{self.main_pod}", "labels": {
+                **labels, "training.kubeflow.org/job-role": "launcher"}},
+                "spec": {"containers": containers}, "status": {"phase": phase}}] + [
+                {"metadata": {"name": f"{name}-worker-{i}", "labels": {
+                    **labels, "training.kubeflow.org/job-role": "worker"}},
+                 "spec": {"containers": [{"name": "worker"}]}, "status": {"phase": "Running"}}
+                for i in range(replicas)]
+        if state in (None, "", "SUBMITTED", "SUBMISSION_FAILED"):
+            return []  # no driver yet, or never
+        labels = {"sparkoperator.k8s.io/app-name": name}
+        executors = job.get("spec", {}).get("executor", {}).get("instances", 0)
+        return [{"metadata": {"name": f"{name}{self.main_pod}", "labels": {
+            **labels, "spark-role": "driver"}},
+            "spec": {"containers": containers}, "status": {"phase": phase}}] + [
+            {"metadata": {"name": f"{name}-exec-{i}", "labels": {
+                **labels, "spark-role": "executor"}},
+             "spec": {"containers": [{"name": "spark-kubernetes-executor"}]},
+             "status": {"phase": "Running"}}
+            for i in range(1, executors + 1) if state not in self.terminal]
+
+
+KINDS = {
+    "mpijobs": FakeKind("kubeflow.org", "mpijobs", "mpijob-crd-v2beta1.yaml",
+                        ("Succeeded", "Failed"), ("Failed",), "-launcher-x7k2p", "launcher",
+                        ("Running", "Succeeded")),
+    "sparkapplications": FakeKind(
+        "sparkoperator.k8s.io", "sparkapplications", "sparkapplication-crd-v1beta2.yaml",
+        ("COMPLETED", "FAILED", "SUBMISSION_FAILED"), ("FAILED", "SUBMISSION_FAILED"),
+        "-driver", "spark-kubernetes-driver", ("SUBMITTED", "RUNNING", "COMPLETED")),
+}
 
 
 @dataclass
 class Scenario:
     """What the cluster does with the job and to the step."""
 
-    # the job's states in order once watched; "Deleted": someone deletes it (a DELETED event)
-    states: list[str] = field(default_factory=lambda: ["Running", "Succeeded"])
+    kind: str = "mpijobs"  # the jobs' plural: mpijobs or sparkapplications (KINDS)
+    # the job's states in order once watched (None: the kind's usual ones); "Deleted":
+    # someone deletes it (a DELETED event)
+    states: list[str] | None = None
     log_lines: list[str] = field(default_factory=list)
     log_drops: list[int] = field(default_factory=list)  # the stream ends after these lines
     sidecar: bool = False  # the launcher pod has a second container (a mesh proxy)
@@ -86,6 +166,16 @@ def unknown_field(value: Any, schema: dict[str, Any], path: str = "") -> str | N
     return None
 
 
+@functools.cache
+def crd_schema(name: str) -> dict[str, Any]:
+    """The openAPIV3Schema of the CRD file ``name`` in tests/manifests/schemas, read once (with
+    libyaml when there is one: the SparkApplication CRD is 0.8 MB)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    crd = yaml.load((SCHEMAS / name).read_text(), Loader=loader)
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
 def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -112,8 +202,8 @@ class FakeCluster:
         self._logs = 0
         self._stalls = dict(scenario.stall)
         self.log_base = datetime.now(UTC) - timedelta(seconds=30)
-        self.mpijob_schema = yaml.safe_load(CRD.read_text())["spec"]["versions"][0]["schema"][
-            "openAPIV3Schema"]
+        self.kind = KINDS[scenario.kind]
+        self.job_schema = crd_schema(self.kind.crd)
         if scenario.existing is not None:
             metadata = scenario.existing["metadata"]
             self.jobs[metadata["name"]] = scenario.existing
@@ -153,10 +243,7 @@ class FakeCluster:
     def set_state(self, name: str, state: str) -> None:
         with self.lock:
             job = self.jobs[name]
-            message = "launcher exited with code 1" if state == "Failed" else f"job is {state}"
-            job.setdefault("status", {})["conditions"] = [
-                {"type": state, "status": "True", "reason": f"MPIJob{state}",
-                 "message": message}]
+            job["status"] = self.kind.status(name, state)
             self.change("MODIFIED", job)
 
     def delete(self, name: str, seconds: float) -> None:
@@ -182,8 +269,10 @@ class FakeCluster:
 
     def state(self, name: str) -> str | None:
         job = self.jobs.get(name)
-        conditions = (job or {}).get("status", {}).get("conditions") or [{}]
-        return conditions[-1].get("type") if job else None
+        return self.kind.state(job) if job else None
+
+    def finished(self, name: str) -> bool:
+        return self.state(name) in self.kind.terminal
 
     def drive(self, name: str) -> None:
         """Play the operator's part: take the watched job through the scenario's states."""
@@ -195,9 +284,10 @@ class FakeCluster:
         threading.Thread(target=self._drive, args=(name, uid), daemon=True).start()
 
     def _drive(self, name: str, uid: str) -> None:
-        for state in self.scenario.states:
+        states = self.kind.states if self.scenario.states is None else self.scenario.states
+        for state in states:
             time.sleep(STEP_SECONDS)
-            if state in TERMINAL:  # training ends after its log (or 5 s, if never read)
+            if state in self.kind.terminal:  # the job ends after its log (or 5 s, if unread)
                 self.log_done.wait(5)
             with self.lock:
                 job = self.jobs.get(name)
@@ -219,24 +309,9 @@ class FakeCluster:
             return self._logs
 
     def pods(self) -> list[dict[str, Any]]:
-        """The pods of every job: its launcher and its workers."""
-        pods = []
-        for name, job in list(self.jobs.items()):
-            state = self.state(name)
-            role_labels = {"training.kubeflow.org/job-name": name}
-            containers = [{"name": "launcher"}] + (
-                [{"name": "istio-proxy"}] if self.scenario.sidecar else [])
-            pods.append({"metadata": {"name": f"{name}-launcher-x7k2p", "labels": {
-                **role_labels, "training.kubeflow.org/job-role": "launcher"}},
-                "spec": {"containers": containers},
-                "status": {"phase": state if state in TERMINAL else "Running"}})
-            replicas = job.get("spec", {}).get("mpiReplicaSpecs", {}).get("Worker", {}).get(
-                "replicas", 0)
-            pods += [{"metadata": {"name": f"{name}-worker-{i}", "labels": {
-                **role_labels, "training.kubeflow.org/job-role": "worker"}},
-                "spec": {"containers": [{"name": "worker"}]}, "status": {"phase": "Running"}}
-                for i in range(replicas)]
-        return pods
+        """The pods of every job: its main pod and its workers or executors."""
+        return [pod for name, job in list(self.jobs.items())
+                for pod in self.kind.pods(name, job, self.state(name), self.scenario.sidecar)]
 
     def log_line(self, i: int) -> tuple[datetime, str]:
         """Line ``i`` of the launcher's log and when it was written (two lines per ms)."""
@@ -312,7 +387,8 @@ class Handler(JsonHandler):
         if request.query.get("fieldValidation") != "Strict":
             return False
         kind = body.get("kind", "")
-        schema = self.cluster.mpijob_schema if kind == "MPIJob" else INFERENCESERVICE_SCHEMA
+        schema = INFERENCESERVICE_SCHEMA if kind == "InferenceService" else \
+            self.cluster.job_schema
         found = unknown_field(body, schema)
         if found is None:
             return False
@@ -345,8 +421,9 @@ class Handler(JsonHandler):
             return self._answer(201, body)
         with self.cluster.lock:
             if name in self.cluster.jobs:  # also while it is being deleted
+                kind = self.cluster.kind
                 return self._status(409, "AlreadyExists",
-                                    f'mpijobs.kubeflow.org "{name}" already exists')
+                                    f'{kind.plural}.{kind.group} "{name}" already exists')
             self.cluster.create(body)
         if self.cluster.scenario.on_create is not None:
             self.cluster.scenario.on_create(body)
@@ -360,7 +437,9 @@ class Handler(JsonHandler):
         with self.cluster.lock:
             job = self.cluster.jobs.get(name)
             if job is None:
-                return self._status(404, "NotFound", f'mpijobs.kubeflow.org "{name}" not found')
+                kind = self.cluster.kind
+                return self._status(404, "NotFound",
+                                    f'{kind.plural}.{kind.group} "{name}" not found')
             uid = ((request.body or {}).get("preconditions") or {}).get("uid")
             if uid is not None and uid != job["metadata"]["uid"]:
                 return self._status(409, "Conflict", "Precondition failed: UID in precondition")
@@ -370,14 +449,16 @@ class Handler(JsonHandler):
     def do_GET(self) -> None:
         request = self._record()
         parts = request.path.strip("/").split("/")
-        if request.path.endswith("/mpijobs") and request.query.get("watch", "").lower() == "true":
+        plural = self.cluster.kind.plural
+        if request.path.endswith(f"/{plural}") and request.query.get("watch", "").lower() == \
+                "true":
             return self._watch(request)
         if self._stalled("log" if request.path.endswith("/log") else "GET"):
             return
         if len(parts) == 7 and parts[5] == "inferenceservices":
             service = self.cluster.services.get(parts[6])
             return self._json(200, service) if service else self._status(404, "NotFound")
-        if len(parts) == 7 and parts[5] == "mpijobs":
+        if len(parts) == 7 and parts[5] == plural:
             job = self.cluster.jobs.get(parts[6])
             return self._json(200, job) if job else self._status(404, "NotFound")
         if request.path.endswith("/pods"):
@@ -449,8 +530,9 @@ class Handler(JsonHandler):
 
     def _log(self, pod: str, request: Request) -> None:
         cluster = self.cluster
-        job = pod.removesuffix("-launcher-x7k2p")
-        containers = ["launcher", "istio-proxy"] if cluster.scenario.sidecar else ["launcher"]
+        job = pod.removesuffix(cluster.kind.main_pod)
+        containers = [cluster.kind.main_container] + (
+            ["istio-proxy"] if cluster.scenario.sidecar else [])
         container = request.query.get("container")
         if container is None and len(containers) > 1:
             return self._status(400, "BadRequest", "a container name must be specified for pod "
@@ -478,7 +560,7 @@ class Handler(JsonHandler):
         cluster.log_done.set()
         generation = cluster.generation
         follow = request.query.get("follow", "").lower() == "true"
-        while (follow and cluster.state(job) not in TERMINAL and job in cluster.jobs
+        while (follow and not cluster.finished(job) and job in cluster.jobs
                and not cluster.stop.is_set() and generation == cluster.generation):
             time.sleep(0.02)  # follow: open while the launcher container runs
         self._stream_end()

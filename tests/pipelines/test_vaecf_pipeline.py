@@ -23,6 +23,7 @@ from components.images import Images, load_digests
 from pipelines.vaecf_pipeline import compile_pipeline
 from vaecf import cli
 from vaecf.cli import build_parser
+from vaecf.errors import VaecfError
 from vaecf.k8s import kfp_report, render
 from vaecf.stages import MAX_SEED
 
@@ -31,7 +32,9 @@ GOLDEN = Path(__file__).with_name("vaecf_pipeline.golden.yaml")
 ORDER = ["download", "preprocess", "split", "train", "evaluate", "report"]
 RUN_ID = "0d6c1f0e-3b1a-4c55-9a51-b2a3f40e5a77"  # what KFP puts in {{$.pipeline_job_uuid}}
 DIGEST = "sha256:" + "ab" * 32
-SERVE = "condition-1"  # the optional serve step's condition (serve=true)
+SERVE = "condition-4"  # the optional serve step's condition (serve=true)
+BRANCHES = "condition-branches-1"  # engine=spark (condition-2) or else pandas (condition-3)
+SPARK, PANDAS = "condition-2", "condition-3"
 
 
 @pytest.fixture(scope="module")
@@ -47,17 +50,36 @@ def tasks(spec: dict[str, Any]) -> dict[str, Any]:
     return dict(spec["root"]["dag"]["tasks"])
 
 
+def all_tasks(spec: dict[str, Any]) -> dict[str, Any]:
+    """Every task by name: the root DAG's and those inside conditions."""
+    found = tasks(spec)
+    for component in spec["components"].values():
+        found.update(component.get("dag", {}).get("tasks", {}))
+    return found
+
+
+def branch(spec: dict[str, Any], condition: str) -> dict[str, list[str]]:
+    """A condition's tasks and what each waits for."""
+    dag = spec["components"][f"comp-{condition}"]["dag"]["tasks"]
+    return {name: sorted(task.get("dependentTasks", [])) for name, task in dag.items()}
+
+
 def container(spec: dict[str, Any], task: str) -> dict[str, Any]:
     return dict(spec["deploymentSpec"]["executors"][f"exec-{task}"]["container"])
 
 
 def test_six_tasks_run_in_pipeline_order(compiled) -> None:
     _, spec, _ = compiled
-    graph = {name: sorted(task.get("dependentTasks", [])) for name, task in tasks(spec).items()
-             if name != SERVE}
-    assert graph == {"download": [], "preprocess": ["download"], "split": ["preprocess"],
-                     "train": ["split"], "evaluate": ["split", "train"],
-                     "report": ["evaluate", "split", "train"]}
+    root = {name: sorted(task.get("dependentTasks", [])) for name, task in tasks(spec).items()
+            if name != SERVE}
+    assert root == {"download": [], BRANCHES: ["download"], "train": [BRANCHES],
+                    "evaluate": [BRANCHES, "train"], "report": [BRANCHES, "evaluate", "train"]}
+    assert branch(spec, PANDAS) == {"preprocess": [], "split": ["preprocess"]}
+    assert branch(spec, SPARK) == {"spark-preprocess": [], "spark-split": ["spark-preprocess"]}
+    graph = {**root, "preprocess": ["download"], "split": ["preprocess"]}  # engine=pandas
+    for name, deps in graph.items():
+        graph[name] = ["split" if d == BRANCHES else d for d in deps]
+    del graph[BRANCHES]
     done: list[str] = []
     while len(done) < len(graph):  # the only topological order
         ready = [n for n, deps in graph.items() if n not in done and set(deps) <= set(done)]
@@ -103,9 +125,10 @@ def task_values(spec: dict[str, Any], task: str) -> dict[str, Any]:
     root = spec["root"]["inputDefinitions"]["parameters"]
     component = spec["components"][f"comp-{task}"]["inputDefinitions"].get("parameters", {})
     values = {name: p.get("defaultValue") for name, p in component.items()}
-    for name, source in tasks(spec)[task]["inputs"].get("parameters", {}).items():
-        if "componentInputParameter" in source:
-            values[name] = root[source["componentInputParameter"]].get("defaultValue")
+    for name, source in all_tasks(spec)[task]["inputs"].get("parameters", {}).items():
+        if "componentInputParameter" in source:  # a pipeline parameter, maybe via a condition
+            parameter = source["componentInputParameter"].removeprefix("pipelinechannel--")
+            values[name] = root[parameter].get("defaultValue")
         else:
             values[name] = source["runtimeValue"]["constant"].replace(
                 "{{$.pipeline_job_uuid}}", RUN_ID)
@@ -125,7 +148,8 @@ def command_line(spec: dict[str, Any], task: str, **override: Any) -> list[str]:
     return [x for arg in args for x in resolve(arg, values, artifacts)]
 
 
-@pytest.mark.parametrize("task", ["download", "preprocess", "split", "train", "evaluate"])
+@pytest.mark.parametrize("task", ["download", "preprocess", "split", "train", "evaluate",
+                                  "spark-preprocess", "spark-split"])
 def test_every_flag_parses_with_the_real_cli(compiled, task) -> None:
     _, spec, _ = compiled
     stage = container(spec, task)["command"][1]
@@ -152,6 +176,16 @@ def test_every_flag_parses_with_the_real_cli(compiled, task) -> None:
     if task == "evaluate":
         assert (args.split, args.model, args.output) == ("/kfp/split", "/kfp/model",
                                                          "/kfp/evaluation")
+    if task in ("preprocess", "split"):
+        assert args.engine == "pandas"
+    if task.startswith("spark-"):
+        assert (args.stage, args.store, args.run_id, args.image) == (
+            task.removeprefix("spark-"), "s3://vaecf/runs", RUN_ID, Images().ref("spark"))
+        assert (args.input, args.output) == {
+            "spark-preprocess": ("/kfp/raw", "/kfp/interactions"),
+            "spark-split": ("/kfp/interactions", "/kfp/split")}[task]
+        assert (args.executors, args.executor_memory, args.secret_name) == (2, "4g",
+                                                                            "vaecf-s3")
 
 
 def test_a_table_datasets_columns_reach_download_as_its_flags(compiled) -> None:
@@ -230,23 +264,23 @@ def test_s3_credentials_by_secret_reference_only(compiled) -> None:
             "AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
             "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY",
             "AWS_ENDPOINT_URL": "AWS_ENDPOINT_URL"}
-    assert {t for t, p in platform.items() if "secretAsEnv" in p} == {"exec-download",
-                                                                      "exec-train",
-                                                                      "exec-deploy"}
+    assert {t for t, p in platform.items() if "secretAsEnv" in p} == {
+        "exec-download", "exec-train", "exec-deploy", "exec-spark-preprocess",
+        "exec-spark-split"}
     assert all("env" not in container(spec, task) for task in ORDER)
     mentions = [line.strip() for line in text.splitlines() if "AWS_" in line]
-    assert len(mentions) == 18  # 3 keys x (envVar, secretKey) x 3 tasks, names only
+    assert len(mentions) == 30  # 3 keys x (envVar, secretKey) x 5 tasks, names only
     assert all(re.fullmatch(r"(- envVar|secretKey): AWS_[A-Z_]+", m) for m in mentions)
     assert "password" not in text.lower() and "testing" not in text
 
 
 def test_retries_on_io_steps_and_no_cache_for_training(compiled) -> None:
     _, spec, _ = compiled
-    retried = {name for name, task in tasks(spec).items() if "retryPolicy" in task}
-    assert retried == {"download", "train"}
+    retried = {name for name, task in all_tasks(spec).items() if "retryPolicy" in task}
+    assert retried == {"download", "train", "deploy", "spark-preprocess", "spark-split"}
     assert tasks(spec)["download"]["retryPolicy"]["maxRetryCount"] == 3
     caching = {name: task["cachingOptions"].get("enableCache", False)
-               for name, task in tasks(spec).items() if name != SERVE}
+               for name, task in all_tasks(spec).items() if name in ORDER}
     assert caching == {name: name != "train" for name in ORDER}
 
 
@@ -337,7 +371,7 @@ def test_serve_step_is_optional_off_by_default_and_parses(compiled) -> None:
     assert condition["triggerPolicy"]["condition"] == (
         "inputs.parameter_values['pipelinechannel--serve'] == 'true'")
     assert sorted(condition["dependentTasks"]) == ["evaluate", "train"]
-    step = spec["components"]["comp-condition-1"]["dag"]["tasks"]["deploy"]
+    step = spec["components"][f"comp-{SERVE}"]["dag"]["tasks"]["deploy"]
     assert step["cachingOptions"] == {}  # never cached: each run deploys its own model
     assert container(spec, "deploy")["image"] == Images().launcher
     assert container(spec, "deploy")["command"] == ["vaecf", "deploy"]
@@ -350,6 +384,37 @@ def test_serve_step_is_optional_off_by_default_and_parses(compiled) -> None:
     assert (args.model, args.store, args.image) == ("/kfp/model", "s3://vaecf/runs",
                                                     Images().serve)
     assert "retryPolicy" in step  # reads the model in S3, talks to the API server
+
+
+def test_engine_spark_runs_preprocess_and_split_as_sparkapplications(compiled) -> None:
+    """engine=spark takes the Spark branch (its launcher steps), anything else the pandas
+    steps, which pass the value on (a typo stops preprocess with one line); both branches
+    publish the one split artifact that train, evaluate and report read."""
+    _, spec, _ = compiled
+    root = spec["root"]["inputDefinitions"]["parameters"]
+    assert root["engine"]["defaultValue"] == "pandas"
+    assert root["spark_image"]["defaultValue"] == Images().ref("spark")
+    conditions = spec["components"][f"comp-{BRANCHES}"]["dag"]["tasks"]
+    assert conditions[SPARK]["triggerPolicy"]["condition"] == (
+        "inputs.parameter_values['pipelinechannel--engine'] == 'spark'")
+    assert conditions[PANDAS]["triggerPolicy"]["condition"] == (
+        "!(inputs.parameter_values['pipelinechannel--engine'] == 'spark')")
+    (oneof,) = spec["components"][f"comp-{BRANCHES}"]["dag"]["outputs"]["artifacts"].values()
+    assert {(s["producerSubtask"], s["outputArtifactKey"]) for s in oneof["artifactSelectors"]} \
+        == {(SPARK, "pipelinechannel--spark-split-split"),
+            (PANDAS, "pipelinechannel--split-split")}
+    for task in ("train", "evaluate", "report"):
+        assert tasks(spec)[task]["inputs"]["artifacts"]["split"]["taskOutputArtifact"][
+            "producerTask"] == BRANCHES
+    for task in ("spark-preprocess", "spark-split"):
+        assert container(spec, task)["image"] == Images().launcher
+        assert container(spec, task)["command"] == ["vaecf", "launch-sparkapp"]
+        assert all_tasks(spec)[task]["inputs"]["parameters"]["run_id"] == {
+            "runtimeValue": {"constant": "{{$.pipeline_job_uuid}}"}}
+    assert build_parser("preprocess").parse_args(
+        command_line(spec, "preprocess", engine="spark")).engine == "spark"
+    with pytest.raises(VaecfError, match="argument --engine: invalid choice: 'Spark'"):
+        build_parser("preprocess").parse_args(command_line(spec, "preprocess", engine="Spark"))
 
 
 def test_image_refs_and_digest_file_validation(tmp_path) -> None:

@@ -296,13 +296,14 @@ def test_demo_refuses_the_working_directory(cli, raw: Path, tmp_path: Path,
 # ---- Kubernetes templates and names
 
 @pytest.mark.parametrize("template", ["latin1", "no-spec", "string-container"])
-@pytest.mark.parametrize("stage", ["launch-mpijob", "deploy"])
+@pytest.mark.parametrize("stage", ["launch-mpijob", "deploy", "launch-sparkapp"])
 def test_a_broken_template_is_one_line(cli, tmp_path: Path, stage: str,
                                        template: str) -> None:
-    from vaecf.k8s import inferenceservice, render
+    from vaecf.k8s import inferenceservice, render, sparkapp
 
-    source = (render.default_template() if stage == "launch-mpijob" else
-              inferenceservice.default_template()).read_text()
+    source = {"launch-mpijob": render.default_template(),
+              "deploy": inferenceservice.default_template(),
+              "launch-sparkapp": sparkapp.default_template()}[stage].read_text()
     path = tmp_path / "template.yaml"
     if template == "latin1":
         path.write_bytes(source.replace("metadata:", "# caf\xe9\nmetadata:", 1)
@@ -315,6 +316,8 @@ def test_a_broken_template_is_one_line(cli, tmp_path: Path, stage: str,
         doc = yaml.safe_load(source)
         if stage == "deploy":
             doc["spec"]["predictor"]["containers"] = ["vaecf"]
+        elif stage == "launch-sparkapp":
+            doc["spec"]["driver"]["template"]["spec"]["containers"] = ["vaecf"]
         else:
             doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"] = \
                 ["vaecf"]
@@ -322,8 +325,11 @@ def test_a_broken_template_is_one_line(cli, tmp_path: Path, stage: str,
     (tmp_path / "split").mkdir()
     common = ["--store", "s3://bucket/store", "--run-id", "r1", "--image",
               "registry.example/vaecf:1", "--namespace", "ml", "--template", str(path)]
-    argv = (["--split", str(tmp_path / "split"), "--output", str(tmp_path / "out")]
-            if stage == "launch-mpijob" else ["--model", str(tmp_path / "split")])
+    argv = {"launch-mpijob": ["--split", str(tmp_path / "split"),
+                              "--output", str(tmp_path / "out")],
+            "deploy": ["--model", str(tmp_path / "split")],
+            "launch-sparkapp": ["--stage", "split", "--input", str(tmp_path / "split"),
+                                "--output", str(tmp_path / "out")]}[stage]
     one_line(cli(stage, *argv, *common), stage, str(path))
 
 

@@ -23,7 +23,7 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -79,6 +79,9 @@ class Location:
         (a default derived from another flag, a list given another way); None: the flag's.
       holds: for a workspace, the names of what the stage writes in it (an existing
         workspace holds nothing else, bar vaecf's hidden working files).
+      manifest_of: for an output whose manifest depends on another flag (``vaecf
+        launch-sparkapp --stage``), that manifest from the parsed flags; ``manifest`` is then
+        the default's.
     """
 
     role: Role
@@ -86,6 +89,13 @@ class Location:
     prefix: str = ""
     derive: Callable[[Any], Any] | None = None
     holds: frozenset[str] = frozenset()
+    manifest_of: Callable[[Any], str] | None = None
+
+    def given(self, args: Any) -> Location:
+        """This location as the parsed flags ``args`` make it (its manifest resolved)."""
+        if self.manifest_of is None:
+            return self
+        return replace(self, manifest=self.manifest_of(args), manifest_of=None)
 
 
 def values(location: Location, dest: str, args: Any) -> list[str]:

@@ -1,8 +1,10 @@
-"""Kubernetes: render the training MPIJob from ``manifests/mpijob.yaml`` and run it.
+"""Kubernetes: render the training MPIJob from ``manifests/mpijob.yaml`` and the Spark steps'
+SparkApplication from ``manifests/spark/sparkapplication.yaml``, and run them.
 
-``render`` is pure (template + parameters -> MPIJob dict) so tests validate every rendered job
-against the CRD schema; ``mpijob`` talks to the API server (create, attach or replace, watch,
-delete), ``launcher_log`` follows the launcher's log and ``events`` explains a stuck job, all
-through ``client.call`` (timeouts, retries, one-line errors) and the official ``kubernetes``
-client.
+``render`` and ``sparkapp`` render (pure: template + parameters -> dict) so tests validate
+every rendered object against its CRD schema; ``job`` runs any such job against the API server
+(create, attach or replace, watch, delete) as its ``Kind`` says (``mpijob.KIND``,
+``sparkapp.KIND``), ``pod_log`` follows the job's main pod's log and ``events`` explains a
+stuck job, all through ``client.call`` (timeouts, retries, one-line errors) and the official
+``kubernetes`` client.
 """

@@ -1,4 +1,5 @@
-"""Why an MPIJob is stuck or failed: the Warning events of that job and of nothing else.
+"""Why a job (an MPIJob, a SparkApplication) is stuck or failed: the Warning events of that job,
+of the objects it owns and of its pods, and of nothing else.
 
 Events are asked for by object (``fieldSelector`` on the involved object's uid or exact name,
 and ``type=Warning``), never listed over the namespace and matched by name prefix (a job
@@ -11,7 +12,6 @@ from typing import Any
 
 from vaecf.k8s import client
 
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 EVENT_PODS = 20  # pods whose events are read (a job of 1,024 workers: the first 20)
 
 
@@ -24,24 +24,24 @@ def event_time(event: Any) -> str:
     return ""
 
 
-def warnings(core: Any, namespace: str, name: str, uid: str | None, timeout: float,
+def warnings(core: Any, ref: str, namespace: str, kind: str, name: str, uid: str | None,
+             pods: str, owned: list[tuple[str, str]], timeout: float,
              limit: int = 10) -> list[str]:
-    """One line per latest Warning event of MPIJob ``name`` (by ``uid`` when known), its
-    launcher Job and its pods, oldest first (e.g. ``event Pod/<job>-worker-1:
-    FailedScheduling: 0/4 nodes have enough nvidia.com/gpu``).
+    """One line per latest Warning event of the job ``kind``/``name`` (by ``uid`` when
+    known), of the objects it owns (``owned``: (kind, name) pairs, e.g. an MPIJob's launcher
+    Job) and of its pods (label selector ``pods``), oldest first (e.g. ``event
+    Pod/<job>-worker-1: FailedScheduling: 0/4 nodes have enough nvidia.com/gpu``).
 
     Raises:
       ApiError: the pods or the events could not be listed.
     """
-    ref = f"mpijob {namespace}/{name}"
-    pods = client.call(f"{ref}: list pods", core.list_namespaced_pod, namespace,
-                       label_selector=f"{JOB_NAME_LABEL}={name}", budget=timeout,
-                       timeout=timeout).items
+    found_pods = client.call(f"{ref}: list pods", core.list_namespaced_pod, namespace,
+                             label_selector=pods, budget=timeout, timeout=timeout).items
     selectors = [f"involvedObject.uid={uid}" if uid
-                 else f"involvedObject.kind=MPIJob,involvedObject.name={name}",
-                 f"involvedObject.kind=Job,involvedObject.name={name}-launcher"]
+                 else f"involvedObject.kind={kind},involvedObject.name={name}"]
+    selectors += [f"involvedObject.kind={k},involvedObject.name={n}" for k, n in owned]
     selectors += [f"involvedObject.kind=Pod,involvedObject.name={p.metadata.name}"
-                  for p in pods[:EVENT_PODS]]
+                  for p in found_pods[:EVENT_PODS]]
     found = [event for selector in selectors
              for event in client.call(f"{ref}: list events", core.list_namespaced_event,
                                       namespace, field_selector=f"{selector},type=Warning",

@@ -50,7 +50,7 @@ def validate(params: ServiceParams) -> None:
          "expected a DNS-1123 label (a-z, 0-9, '-', <= 63 chars, no '.')"),
         (render.dns_subdomain(params.service_account), f"--service-account "
          f"{params.service_account[:80]!r}: expected a DNS-1123 name (<= 253 chars)"),
-        (bool(render._IMAGE.match(params.image)),
+        (render.image_ref(params.image),
          f"--image {params.image!r}: expected registry/name[:tag][@sha256:digest]"),
         (is_s3(params.storage_uri),
          f"model {params.storage_uri!r}: KServe's storage initializer needs an s3:// URI"),

@@ -9,7 +9,6 @@ edits the parsed YAML structurally, never as text, so the result is always well-
 from __future__ import annotations
 
 import copy
-import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 from vaecf.errors import VaecfError
 from vaecf.io.readers import read_text
 from vaecf.io.storage import is_s3, split_s3
+from vaecf.k8s import job
 from vaecf.train.scaling import LR_RULES, scaled_learning_rate
 
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
@@ -52,6 +52,11 @@ def dns_subdomain(value: str) -> bool:
 # registry/path[:tag][@sha256:digest], lower-case path as the OCI distribution spec requires.
 _IMAGE = re.compile(r"^[a-z0-9.\-:]+(/[a-z0-9._\-]+)+(:[\w][\w.\-]{0,127})?"
                     r"(@sha256:[a-f0-9]{64})?$")
+
+
+def image_ref(value: str) -> bool:
+    """An image reference: registry/name[:tag][@sha256:digest]."""
+    return bool(_IMAGE.match(value))
 
 
 @dataclass(frozen=True)
@@ -101,22 +106,9 @@ class MPIJobParams:
 
 
 def job_name(run_id: str, prefix: str = "vaecf-train") -> str:
-    """A DNS-1035 label of at most ``MAX_JOB_NAME`` (51) characters derived from ``run_id``.
-
-    The same run id always gives the same name, which is what lets a retried step attach to
-    the job its first attempt created; different run ids give different names. A run id that
-    is already a short lower-case slug (a KFP run id, a UUID) is kept as it is; any other
-    (too long, or changed by the slugging: ``Run_42`` and ``run-42``) is cut and given the
-    first 8 hex digits of its SHA-256.
-    """
-    slug = re.sub(r"[^a-z0-9]+", "-", run_id.lower()).strip("-")
-    if not slug:
-        raise VaecfError(f"--run-id {run_id!r}: needs at least one letter or digit")
-    name = f"{prefix}-{slug}"
-    if len(name) > MAX_JOB_NAME or slug != run_id:
-        digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
-        name = f"{name[:MAX_JOB_NAME - 9].rstrip('-')}-{digest}"
-    return name
+    """The MPIJob's name for ``run_id``: at most ``MAX_JOB_NAME`` (51) characters
+    (``vaecf.k8s.job.job_name``)."""
+    return job.job_name(run_id, prefix, MAX_JOB_NAME)
 
 
 def run_label(run_id: str) -> str:
@@ -135,7 +127,7 @@ def validate(params: MPIJobParams) -> None:
          "DNS-1123 label (a-z, 0-9, '-', <= 63 chars, no '.')"),
         (dns_subdomain(params.secret_name), f"--secret-name {params.secret_name[:80]!r}: "
          "expected a DNS-1123 name (<= 253 chars)"),
-        (bool(_IMAGE.match(params.image)),
+        (image_ref(params.image),
          f"--image {params.image!r}: expected registry/name[:tag][@sha256:digest]"),
         (1 <= params.workers <= MAX_WORKERS,
          f"--workers {params.workers}: expected 1..{MAX_WORKERS}"),

@@ -52,15 +52,17 @@ class _Parser(argparse.ArgumentParser):
 
 def location(parser: argparse.ArgumentParser, flag: str, role: Role, *, manifest: str = "",
              prefix: str = "", derive: Callable[[Any], Any] | None = None,
-             holds: frozenset[str] = frozenset(), **kwargs: Any) -> argparse.Action:
+             holds: frozenset[str] = frozenset(),
+             manifest_of: Callable[[Any], str] | None = None, **kwargs: Any) -> argparse.Action:
     """Add the flag ``flag``, which names a location of role ``role``, and register it.
 
-    ``manifest``, ``prefix``, ``derive`` and ``holds`` are ``vaecf.io.roles.Location``'s;
-    the other keyword arguments are ``add_argument``'s.
+    ``manifest``, ``prefix``, ``derive``, ``holds`` and ``manifest_of`` are
+    ``vaecf.io.roles.Location``'s; the other keyword arguments are ``add_argument``'s.
     """
     action = parser.add_argument(flag, **kwargs)
     registry: dict[str, tuple[str, Location]] = getattr(parser, "locations")  # noqa: B009
-    registry[action.dest] = (flag, Location(role, manifest, prefix, derive, holds))
+    registry[action.dest] = (flag, Location(role, manifest, prefix, derive, holds,
+                                            manifest_of))
     return action
 
 
@@ -119,7 +121,7 @@ def run_stage(stage: str, parser: argparse.ArgumentParser, argv: list[str] | Non
     """
     try:
         args = parser.parse_args(argv)
-        check_locations((flag, where, value)
+        check_locations((flag, where.given(args), value)
                         for dest, (flag, where) in locations(parser).items()
                         for value in values(where, dest, args))
         body(args)

@@ -12,18 +12,15 @@ creating it again.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shutil
-import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, read_manifest, storage
 from vaecf.io.roles import Role
-from vaecf.k8s import client, mpijob, render
+from vaecf.k8s import client, job, mpijob, render
 from vaecf.stages import finite_positive, location, new_parser, run_stage, seed
 from vaecf.train.scaling import LR_RULES
 from vaecf.tuning.space import SEARCHABLE, parse_trial, train_flags
@@ -113,35 +110,6 @@ def params_from_args(args: argparse.Namespace) -> render.MPIJobParams:
         train_flags=tuple(train_flags(trial)), active_deadline_seconds=math.ceil(args.timeout))
 
 
-def tombstone(args: argparse.Namespace, params: render.MPIJobParams) -> str:
-    """Where a job deleted by someone else is recorded (``<store>/<job>/deleted/``)."""
-    return f"{args.store.rstrip('/')}/{params.name}/deleted"
-
-
-def refuse_deleted(args: argparse.Namespace, params: render.MPIJobParams) -> None:
-    """A job an operator deleted under an earlier attempt is never created again."""
-    marker = tombstone(args, params)
-    if storage.list_keys(marker):
-        raise VaecfError(f"mpijob {params.namespace}/{params.name} was deleted by someone else "
-                         f"during an earlier attempt of run {args.run_id!r} ({marker}/): not "
-                         "creating it again; start a new run (or remove that marker)")
-
-
-def record_deleted(args: argparse.Namespace, params: render.MPIJobParams,
-                   err: mpijob.DeletedElsewhere) -> VaecfError:
-    """Leave the marker ``refuse_deleted`` finds; returns the step's error."""
-    marker = f"{tombstone(args, params)}/mpijob.json"
-    record = {"job": params.name, "namespace": params.namespace, "run_id": args.run_id,
-              "seen": datetime.now(UTC).isoformat(timespec="seconds"),
-              "what": str(err)}
-    with tempfile.TemporaryDirectory() as scratch:
-        path = Path(scratch) / "mpijob.json"
-        path.write_text(json.dumps(record, indent=1) + "\n")
-        storage.upload_file(path, marker)
-    return VaecfError(f"{err}; not re-creating it: {marker} keeps later attempts of this run "
-                      "from doing so")
-
-
 def check_split(split: str) -> None:
     """The split must be a complete ``vaecf split`` output before any GPU is asked for."""
     if storage.is_s3(split):
@@ -158,23 +126,21 @@ def check_split(split: str) -> None:
 def launch(args: argparse.Namespace) -> None:
     params = params_from_args(args)
     template = Path(args.template) if args.template else render.default_template()
-    job = render.render(render.load_template(template), params)
+    body = render.render(render.load_template(template), params)
     check_split(args.split)
     storage.check_bucket(params.model_uri)
-    refuse_deleted(args, params)
+    run = job.JobRun(client.api_client(), mpijob.KIND, params.namespace, params.name,
+                     container=render.container(body["spec"], "Launcher")["name"],
+                     request_timeout=args.request_timeout)
+    job.refuse_deleted(args.store, run, args.run_id)
     with publish(args.output, manifest_name("train"), [args.split]) as staging:
-        run = mpijob.MPIJobRun(client.api_client(), params.namespace, params.name,
-                               container=render.container(job["spec"], "Launcher")["name"],
-                               request_timeout=args.request_timeout)
-        with mpijob.delete_on_cancel(run):
-            if not storage.is_s3(args.split) and not run.exists():
-                log.info(f"staging the split at {params.split_uri}")
-                storage.upload_dir(Path(args.split), params.split_uri)
-            run.create_or_attach(job)
-            try:
-                run.wait(args.timeout)
-            except mpijob.DeletedElsewhere as err:
-                raise record_deleted(args, params, err) from None
+
+        def stage_split() -> None:
+            log.info(f"staging the split at {params.split_uri}")
+            storage.upload_dir(Path(args.split), params.split_uri)
+
+        job.run_to_end(run, body, args.timeout, args.store, args.run_id,
+                       None if storage.is_s3(args.split) else stage_split)
         with open_input(params.model_uri) as model:
             manifest = read_manifest(model, "train")
             shutil.copytree(model, staging, dirs_exist_ok=True)

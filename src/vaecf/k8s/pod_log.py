@@ -1,16 +1,18 @@
-"""Follow an MPIJob launcher's log, every line once, while the job runs.
+"""Follow the log of a job's main pod (an MPIJob's launcher, a Spark driver), every line
+once, while the job runs, and remember its last error line.
 
-A log stream ends while the pod runs on: the kubelet or a proxy drops it, or the launcher
-container restarts in place (the template's ``restartPolicy: OnFailure``). So the log is
-followed again until the job has finished, each time asking for the lines since the last one
-shown (``sinceSeconds``, with a margin for clock skew) with their timestamps, and skipping
-those already shown. The request names the launcher container: an injected sidecar makes the
-pod's log ambiguous (HTTP 400 without it).
+A log stream ends while the pod runs on: the kubelet or a proxy drops it, or the container
+restarts in place (the MPIJob template's ``restartPolicy: OnFailure``). So the log is followed
+again until the job has finished, each time asking for the lines since the last one shown
+(``sinceSeconds``, with a margin for clock skew) with their timestamps, and skipping those
+already shown. The request names the container: an injected sidecar makes the pod's log
+ambiguous (HTTP 400 without it).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import threading
 from datetime import UTC, datetime
 from typing import Any
@@ -19,23 +21,33 @@ from vaecf import log
 from vaecf.k8s import client
 from vaecf.threads import start_daemon
 
-LAUNCHER_SELECTOR = ("training.kubeflow.org/job-name={name},"
-                     "training.kubeflow.org/job-role=launcher")
 STARTED = ("Running", "Succeeded", "Failed")
 SKEW_SECONDS = 300  # sinceSeconds is counted on the node's clock, not ours
 IDLE_SECONDS = 300.0  # a stream silent this long is opened again (a stalled connection)
-POLL_SECONDS = 5.0  # between looks for a started launcher pod
+POLL_SECONDS = 5.0  # between looks for a started main pod
 FINISH_GRACE = 30.0  # after the job finished, how long its last log lines may take
+# A line that says what went wrong: a vaecf stage's own error line (the best), else a Python
+# exception, a traceback's start, or a log4j/logging ERROR line (Spark's JVM).
+STAGE_ERROR = re.compile(r"^vaecf [a-z-]+: error: ")
+ERROR_LINE = re.compile(r"^Traceback |^[A-Za-z_][\w.]*(Error|Exception)\b|\bERROR\b")
 
 
-class LauncherLog:
-    """Prints the launcher container's log from a daemon thread (SIGTERM stays with the main
-    thread, whose cancellation deletes the job)."""
+class PodLog:
+    """Prints a container's log from a daemon thread (SIGTERM stays with the main thread,
+    whose cancellation deletes the job).
 
-    def __init__(self, core: Any, namespace: str, name: str, container: str,
-                 timeout: float) -> None:
-        self._core, self._namespace, self._name = core, namespace, name
-        self._container, self._timeout = container, timeout
+    Args:
+      ref: names the job in messages (``mpijob team-a/x``).
+      role: names the pod in messages (``launcher``, ``driver``).
+      selector: label selector of the job's main pod (the newest started one is followed).
+      container: the container whose log is followed.
+    """
+
+    def __init__(self, core: Any, namespace: str, ref: str, role: str, selector: str,
+                 container: str, timeout: float) -> None:
+        self._core, self._namespace, self._ref, self.role = core, namespace, ref, role
+        self._selector, self._container, self._timeout = selector, container, timeout
+        self._errors = ["", ""]  # the last stage error line and the last other error line
         self._finished = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -49,8 +61,13 @@ class LauncherLog:
         if self._thread is None:
             self._thread = start_daemon(self._follow)
 
+    @property
+    def last_error(self) -> str:
+        """The last line shown that says what went wrong (a stage's error line first)."""
+        return self._errors[0] or self._errors[1]
+
     def wake(self) -> None:
-        """The job changed: look for its launcher pod now."""
+        """The job changed: look for its main pod now."""
         self._wake.set()
 
     def finish(self, grace: float = FINISH_GRACE) -> None:
@@ -74,13 +91,12 @@ class LauncherLog:
             self._wake.clear()
 
     def _pod(self) -> str | None:
-        """The newest launcher pod that has started, if any (no retry here: the loop looks
+        """The newest main pod that has started, if any (no retry here: the loop looks
         again)."""
         try:
-            pods = client.call(f"mpijob {self._namespace}/{self._name}: list launcher pods",
+            pods = client.call(f"{self._ref}: list {self.role} pods",
                                self._core.list_namespaced_pod, self._namespace, budget=0,
-                               timeout=self._timeout,
-                               label_selector=LAUNCHER_SELECTOR.format(name=self._name)).items
+                               timeout=self._timeout, label_selector=self._selector).items
         except client.ApiError as err:
             self._complain(f"({err})")
             return None
@@ -116,7 +132,7 @@ class LauncherLog:
         try:
             when = datetime.fromisoformat(stamp)
         except ValueError:  # no timestamp: show it
-            log.info(line)
+            self._print(line)
             return
         if self._last is not None and when <= self._last:
             if when < self._last:
@@ -127,7 +143,14 @@ class LauncherLog:
             self._shown_at_last += 1
         else:
             self._last, self._shown_at_last, self._skip = when, 1, 0
+        self._print(text)
+
+    def _print(self, text: str) -> None:
         log.info(text)
+        if STAGE_ERROR.match(text):
+            self._errors[0] = text.strip()
+        elif ERROR_LINE.search(text):
+            self._errors[1] = text.strip()
 
     def _complain(self, message: str) -> None:
         """Log a failure once, not at every retry."""

@@ -1,0 +1,338 @@
+"""``vaecf launch-sparkapp`` against the fake Kubernetes API server on loopback (real HTTP, the
+real ``kubernetes`` client) playing the Spark Operator's part, and a real S3 server (moto)
+holding the staged input and the output the driver publishes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fake_apiserver import FakeApiServer, Scenario, crd_schema
+
+from vaecf.cli import build_parser
+from vaecf.io import publish, read_manifest, storage, write_manifest
+from vaecf.k8s import sparkapp
+
+RUN_ID = "2f0c1a9e-6a4b-4b3e-9d8e-0123456789ab"
+APP = {"preprocess": f"vaecf-preprocess-{RUN_ID}", "split": f"vaecf-split-{RUN_ID}"}
+IMAGE = "ghcr.io/vaecf/vaecf-spark:0.1.0"
+READS = {"preprocess": "download", "split": "preprocess"}
+WRITES = {"preprocess": ("preprocess", "interactions.parquet"),
+          "split": ("dataset", "train.npz")}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def stage_input(root: Path, stage: str) -> Path:
+    """The smallest directory the step accepts as its input: a file + its manifest."""
+    folder = root / f"{stage}-input"
+    folder.mkdir()
+    (folder / "data.bin").write_bytes(b"not read by the launcher")
+    write_manifest(folder, READS[stage], inputs={}, parameters={}, counts={},
+                   started=time.monotonic())
+    return folder
+
+
+def argument(app: dict[str, Any], flag: str) -> str:
+    arguments = app["spec"]["arguments"]
+    return str(arguments[arguments.index(flag) + 1])
+
+
+def driver_publishes(app: dict[str, Any]) -> None:
+    """What a driver that succeeds leaves in object storage: the stage's published output."""
+    stage = app["spec"]["arguments"][0]
+    manifest, name = WRITES[stage]
+    with publish(argument(app, "--output"), f"{manifest}_manifest.json") as staging:
+        (staging / name).write_bytes(b"made by spark")
+        write_manifest(staging, manifest, inputs={}, parameters={}, counts={"rows": 3},
+                       started=time.monotonic(), extra={"engine": "spark"})
+
+
+@pytest.fixture()
+def env(tmp_path: Path, s3_bucket: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    return {"tmp": tmp_path, "bucket": s3_bucket, "output": tmp_path / "out",
+            "store": f"s3://{s3_bucket}/runs"}
+
+
+def argv(env: dict[str, Any], *extra: str, stage: str = "preprocess") -> list[str]:
+    source = env.get(stage) or stage_input(env["tmp"], stage)
+    env[stage] = source
+    return ["launch-sparkapp", "--stage", stage, "--input", str(source),
+            "--output", str(env["output"]), "--store", env["store"], "--run-id", RUN_ID,
+            "--image", IMAGE, "--namespace", "team-a", "--executors", "3", *extra]
+
+
+def serve(env: dict[str, Any], monkeypatch: pytest.MonkeyPatch, **scenario: Any
+          ) -> FakeApiServer:
+    server = FakeApiServer(Scenario(kind="sparkapplications", **scenario))
+    monkeypatch.setenv("KUBECONFIG", str(server.write_kubeconfig(env["tmp"] / "kubeconfig")))
+    return server
+
+
+@pytest.mark.parametrize("stage", ["preprocess", "split"])
+def test_completed_streams_the_driver_log_and_publishes_the_output(env, cli, monkeypatch,
+                                                                   stage) -> None:
+    with serve(env, monkeypatch, states=["SUBMITTED", "RUNNING", "COMPLETED"],
+               log_lines=["spark: started Spark 4.0.5, master k8s://https://kubernetes",
+                          "ml-20m: 9,990,682 positives"],
+               on_create=driver_publishes) as server:
+        code, out, err = cli(*argv(env, stage=stage))
+    assert code == 0, err
+    assert "spark: started Spark 4.0.5, master k8s://https://kubernetes\n" in out
+    manifest, name = WRITES[stage]
+    assert read_manifest(env["output"], manifest)["engine"] == "spark"
+    assert (env["output"] / name).read_bytes() == b"made by spark"
+    (post,) = server.cluster.seen("POST", "/namespaces/team-a/sparkapplications")
+    app = post.body
+    assert app is not None and app["metadata"]["name"] == APP[stage]
+    assert all(r.query.get("fieldValidation") == "Strict" for r in server.cluster.seen("POST"))
+    store = f"{env['store']}/{APP[stage]}"
+    assert app["spec"]["arguments"][:3] == [stage, "--engine", "spark"]
+    assert argument(app, "--input") == f"{store}/input"
+    assert argument(app, "--output") == f"{store}/output"
+    build_parser(stage).parse_args(app["spec"]["arguments"][1:])  # the stage's real flags
+    assert ("--seed" in app["spec"]["arguments"]) == (stage == "split")
+    assert app["spec"]["image"] == IMAGE and app["spec"]["executor"]["instances"] == 3
+    assert storage.list_keys(f"{store}/input") == ["_SUCCESS", "data.bin",
+                                                   f"{READS[stage]}_manifest.json"]
+    logs = server.cluster.seen("GET", "/log")
+    assert {r.path.rsplit("/", 2)[-2] for r in logs} == {f"{APP[stage]}-driver"}
+    assert {r.query.get("container") for r in logs} == {"spark-kubernetes-driver"}
+    assert server.cluster.seen("DELETE") == []
+
+
+def test_a_failed_driver_fails_the_step_with_its_last_error_line(env, cli, monkeypatch
+                                                                 ) -> None:
+    """The driver's stage refuses its input: nothing is published, anywhere, and the step's
+    one line ends with the stage's own error line from the driver's log."""
+    lines = ["spark: started Spark 4.0.5, master k8s://https://kubernetes",
+             "Traceback (most recent call last):", "ValueError: not the last word",
+             "vaecf preprocess: error: ratings.csv: line 3: column 'movieId': 'two' is not "
+             "an integer", "26/11/26 10:00:01 INFO ShutdownHookManager: Shutdown hook called"]
+    with serve(env, monkeypatch, states=["SUBMITTED", "RUNNING", "FAILING", "FAILED"],
+               log_lines=lines):
+        code, out, err = cli(*argv(env))
+    assert code == 1
+    assert err == (f"vaecf launch-sparkapp: error: sparkapplication team-a/{APP['preprocess']} "
+                   "failed: FAILED: driver container failed with ExitCode: 1, Reason: Error; "
+                   "the driver log's last error: vaecf preprocess: error: ratings.csv: line 3: "
+                   "column 'movieId': 'two' is not an integer\n")
+    assert "ValueError: not the last word" in out
+    assert not env["output"].exists()
+    assert storage.list_keys(f"{env['store']}/{APP['preprocess']}/output") == []
+
+
+def test_a_failed_submission_fails_the_step_at_once(env, cli, monkeypatch) -> None:
+    """SUBMISSION_FAILED under restartPolicy Never is final: no driver pod, no log."""
+    with serve(env, monkeypatch, states=["SUBMISSION_FAILED"]) as server:
+        code, _, err = cli(*argv(env))
+    assert code == 1
+    assert err == (f"vaecf launch-sparkapp: error: sparkapplication team-a/{APP['preprocess']} "
+                   "failed: SUBMISSION_FAILED: failed to run spark-submit: exit status 1; see "
+                   "the driver log above\n")
+    assert server.cluster.seen("GET", "/log") == []
+    assert not env["output"].exists()
+
+
+def test_an_existing_application_is_attached_not_recreated(env, cli, monkeypatch) -> None:
+    existing = {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+                "metadata": {"name": APP["preprocess"], "namespace": "team-a",
+                             "uid": "first-attempt", "resourceVersion": "1"},
+                "spec": {"arguments": ["preprocess", "--output",
+                                       f"{env['store']}/{APP['preprocess']}/output"]},
+                "status": {"applicationState": {"state": "RUNNING"}}}
+    driver_publishes(existing)
+    with serve(env, monkeypatch, existing=existing, states=["COMPLETED"]) as server:
+        code, out, err = cli(*argv(env))
+    assert code == 0, err
+    assert f"sparkapplication team-a/{APP['preprocess']} already exists: attaching" in out
+    assert len(server.cluster.seen("POST")) == 1  # answered 409
+    assert server.cluster.jobs[APP["preprocess"]]["metadata"]["uid"] == "first-attempt"
+    assert storage.list_keys(f"{env['store']}/{APP['preprocess']}/input") == []  # not staged
+    assert read_manifest(env["output"], "preprocess")["engine"] == "spark"
+
+
+def test_sigterm_deletes_the_application(env, monkeypatch) -> None:
+    with serve(env, monkeypatch, states=["SUBMITTED", "RUNNING"]) as server:
+        process = subprocess.Popen([sys.executable, "-m", "vaecf.cli", *argv(env)],
+                                   env=dict(os.environ), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        try:
+            assert server.cluster.watching.wait(timeout=120), "the launcher never watched"
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=120)
+        finally:
+            process.kill()
+    assert process.returncode == 1
+    assert err == (f"vaecf launch-sparkapp: error: sparkapplication team-a/{APP['preprocess']}: "
+                   "cancelled by SIGTERM; deleted the job\n")
+    (delete,) = server.cluster.seen("DELETE")
+    assert delete.path == ("/apis/sparkoperator.k8s.io/v1beta2/namespaces/team-a/"
+                           f"sparkapplications/{APP['preprocess']}")
+    assert delete.body == {"propagationPolicy": "Foreground",
+                           "preconditions": {"uid": "uid-1"}}
+    assert APP["preprocess"] not in server.cluster.jobs
+    assert not env["output"].exists()
+
+
+def test_watch_errors_and_an_expired_version_are_ridden_out(env, cli, monkeypatch) -> None:
+    errors = [{"code": 504, "reason": "Timeout", "message": "Too large resource version",
+               "details": {"retryAfterSeconds": 1}},
+              {"code": 410, "reason": "Expired", "message": "too old resource version: 2 (5)"}]
+    with serve(env, monkeypatch, watch_errors=errors, states=["RUNNING", "COMPLETED"],
+               on_create=driver_publishes) as server:
+        code, out, err = cli(*argv(env))
+    assert code == 0, err
+    assert (f"sparkapplication team-a/{APP['preprocess']}: watch: HTTP 504 Timeout: Too large "
+            "resource version; watching again in 1 s") in out
+    watches = [r for r in server.cluster.seen("GET", "/sparkapplications")
+               if r.query.get("watch")]
+    gets = server.cluster.seen("GET", f"/sparkapplications/{APP['preprocess']}")
+    # one GET before creating (is the input staged?), one to follow, one after the 410
+    assert len(watches) == 3 and len(gets) == 3
+    assert read_manifest(env["output"], "preprocess")["counts"] == {"rows": 3}
+
+
+def test_an_application_deleted_under_the_step_is_never_created_again(env, cli, monkeypatch
+                                                                      ) -> None:
+    with serve(env, monkeypatch, states=["RUNNING", "Deleted"]) as server:
+        code, _, err = cli(*argv(env))
+    marker = f"{env['store']}/{APP['preprocess']}/deleted/sparkapplication.json"
+    assert code == 1
+    assert err == (f"vaecf launch-sparkapp: error: sparkapplication team-a/{APP['preprocess']} "
+                   "was deleted by someone other than this step while it followed the job; not "
+                   f"re-creating it: {marker} keeps later attempts of this run from doing so\n")
+    assert server.cluster.seen("DELETE") == []
+    with serve(env, monkeypatch) as retry:
+        code, _, err = cli(*argv(env))
+    assert code == 1 and "was deleted by someone else during an earlier attempt" in err
+    assert retry.cluster.requests == []
+
+
+def test_an_application_gone_when_the_step_looks_is_deleted_elsewhere(env, cli, monkeypatch
+                                                                      ) -> None:
+    """Deleted between its creation and the step's first look (a 404, no DELETED event)."""
+    with serve(env, monkeypatch) as server:
+        server.cluster.scenario.on_create = lambda app: server.cluster.jobs.pop(
+            app["metadata"]["name"])
+        code, _, err = cli(*argv(env))
+    assert code == 1
+    assert err.startswith(f"vaecf launch-sparkapp: error: sparkapplication team-a/"
+                          f"{APP['preprocess']} was deleted by someone other than this step")
+    gets = server.cluster.seen("GET", f"/sparkapplications/{APP['preprocess']}")
+    assert len(gets) == 2  # is the input staged? then: where is it? (404)
+    assert storage.list_keys(f"{env['store']}/{APP['preprocess']}/deleted") == [
+        "sparkapplication.json"]
+
+
+def test_the_driver_log_is_followed_again_when_its_stream_ends(env, cli, monkeypatch) -> None:
+    lines = [f"step {i}" for i in range(1, 9)]
+    with serve(env, monkeypatch, states=["RUNNING", "COMPLETED"], log_lines=lines,
+               log_drops=[3, 5], on_create=driver_publishes) as server:
+        code, out, err = cli(*argv(env))
+    assert code == 0, err
+    assert [line for line in out.splitlines() if line.startswith("step ")] == lines
+    logs = server.cluster.seen("GET", "/log")
+    assert len(logs) >= 3 and "sinceSeconds" in logs[1].query
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--executors", "0"], "--executors 0: expected 1..1000"),
+    (["--executor-memory", "4GB"], "--executor-memory '4GB': expected a size such as 512m"),
+    (["--image", "Not An Image"], "--image 'Not An Image': expected registry/name"),
+    (["--store", "/tmp/x"], "--store '/tmp/x': expected an s3:// prefix"),
+    (["--protocol", "loose"], "argument --protocol: invalid choice: 'loose'"),
+    (["--stage", "train"], "argument --stage: invalid choice: 'train'"),
+])
+def test_bad_input_creates_nothing(env, cli, monkeypatch, extra, message) -> None:
+    with serve(env, monkeypatch) as server:
+        code, _, err = cli(*argv(env, *extra))
+    assert code == 1
+    assert message in err and err.count("\n") == 1
+    assert server.cluster.requests == []
+
+
+def test_an_input_without_its_manifest_creates_nothing(env, cli, monkeypatch) -> None:
+    with serve(env, monkeypatch) as server:
+        given = argv(env, stage="split")
+        (env["split"] / "preprocess_manifest.json").unlink()
+        code, _, err = cli(*given)
+    assert code == 1 and "preprocess_manifest.json: manifest missing" in err
+    assert server.cluster.requests == []
+
+
+def rbac_verb(request: Any) -> tuple[str, str, str]:
+    """(API group, resource, verb) of a request, as the API server's authorizer sees it."""
+    parts = request.path.strip("/").split("/")
+    group = "" if parts[0] == "api" else parts[1]
+    rest = parts[parts.index("namespaces") + 2:]
+    resource = "/".join([rest[0], *rest[2:]])
+    verb = {"POST": "create", "DELETE": "delete", "PATCH": "patch"}.get(request.method)
+    if verb is None:
+        verb = "get" if len(rest) > 1 else ("watch" if request.query.get("watch") else "list")
+    return group, resource, verb
+
+
+def granted(path: Path, role: str) -> set[tuple[str, str, str]]:
+    (found,) = [d for d in yaml.safe_load_all(path.read_text())
+                if d["kind"] == "Role" and d["metadata"]["name"] == role]
+    return {(group, resource, verb) for rule in found["rules"] for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def test_the_launcher_roles_grant_what_the_step_calls(env, cli, monkeypatch) -> None:
+    """Every request of a failed application replaced, a run with a log and a timeout with
+    diagnostics is granted by the launcher's Roles (manifests/base and manifests/spark), and
+    the Spark Role grants nothing the step does not use."""
+    failed = {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+              "metadata": {"name": APP["preprocess"], "namespace": "team-a",
+                           "uid": "first-attempt", "resourceVersion": "1"}, "spec": {},
+              "status": {"applicationState": {"state": "FAILED"}}}
+    used: set[tuple[str, str, str]] = set()
+    codes = []
+    for scenario, extra in [
+            ({"existing": failed, "log_lines": ["step 1"], "on_create": driver_publishes,
+              "deletion_seconds": 0.5, "states": ["RUNNING", "COMPLETED"]}, ()),
+            ({"states": ["RUNNING"]}, ("--timeout", "1"))]:
+        with serve(env, monkeypatch, **scenario) as server:
+            code, out, err = cli(*argv(env, *extra))
+        codes.append(code)
+        used |= {rbac_verb(r) for r in server.cluster.requests}
+        if scenario.get("existing"):  # the failed one was deleted and created again
+            assert (f"sparkapplication team-a/{APP['preprocess']} exists and failed (FAILED): "
+                    "deleting it to run it again") in out
+            assert server.cluster.jobs[APP["preprocess"]]["metadata"]["uid"] == "uid-1"
+        else:
+            assert err.endswith("did not finish within 1 s; deleted the job\n")
+    assert codes == [0, 1]
+    spark = granted(ROOT / "manifests" / "spark" / "rbac.yaml", "vaecf-spark-launcher")
+    launcher = granted(ROOT / "manifests" / "base" / "rbac.yaml", "vaecf-launcher")
+    assert used <= spark | launcher
+    assert spark == {u for u in used if u[0] == "sparkoperator.k8s.io"}
+    assert {("", "pods", "list"), ("", "pods/log", "get"), ("", "events", "list")} <= used
+
+
+def test_the_application_sent_validates_against_the_crd(env, cli, monkeypatch) -> None:
+    import jsonschema
+
+    with serve(env, monkeypatch, on_create=driver_publishes,
+               states=["COMPLETED"]) as server:
+        code, _, err = cli(*argv(env, "--driver-memory", "2g", "--secret-name", "minio"))
+    assert code == 0, err
+    (post,) = server.cluster.seen("POST")
+    jsonschema.validate(post.body, crd_schema("sparkapplication-crd-v1beta2.yaml"))
+    spec = post.body["spec"]
+    assert spec["driver"]["memory"] == "2g"
+    env_refs = {e["valueFrom"]["secretKeyRef"]["name"]
+                for e in sparkapp.container(spec, "driver")["env"] if "valueFrom" in e}
+    assert env_refs == {"minio"}
+    assert sparkapp.pod_spec(spec, "driver")["activeDeadlineSeconds"] == 86400
+    assert json.dumps(spec).count(f'"subPath": "{APP["preprocess"]}"') == 2
