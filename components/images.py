@@ -1,9 +1,10 @@
 """The pipeline's container images, in one place.
 
-Four images, one per dependency set (``docker/``): ``data`` (download, preprocess, split),
+Five images, one per dependency set (``docker/``): ``data`` (download, preprocess, split),
 ``train`` (TensorFlow + Horovod + OpenMPI: the MPIJob and evaluate), ``launcher`` (the
-train step, ``vaecf launch-mpijob``, the report step and the optional serve step) and
-``serve`` (the KServe predictor, ``vaecf serve``). ``make pipeline`` sets the registry and
+train step, ``vaecf launch-mpijob``, the report step and the optional serve step), ``serve``
+(the KServe predictor, ``vaecf serve``) and ``spark`` (preprocess and split with ``--engine
+spark``: a Spark application's driver and executors). ``make pipeline`` sets the registry and
 tag, and pins images by digest when ``make push`` has recorded them.
 """
 
@@ -14,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-NAMES = ("data", "train", "launcher", "serve")
+NAMES = ("data", "train", "launcher", "serve", "spark")
 DEFAULT_REGISTRY = "ghcr.io/vaecf"
 DEFAULT_TAG = "0.1.0"
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
