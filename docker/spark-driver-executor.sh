@@ -21,12 +21,14 @@ mkdir -p "$work"
 
 fail() { echo "spark-driver-executor: $*" >&2; exit 1; }
 
+# One executor core and a tiny dataset: a few shuffle partitions, not Spark's 200.
 cat > "$work/spark.properties" <<EOF
 spark.master=local-cluster[0,1,1024]
 spark.app.name=vaecf-driver-executor
 spark.driver.host=127.0.0.1
 spark.ui.enabled=false
 spark.logConf=true
+spark.sql.shuffle.partitions=4
 EOF
 
 SPARK_DRIVER_BIND_ADDRESS=127.0.0.1 timeout "${TIMEOUT:-600}" "$entrypoint" driver \

@@ -30,8 +30,19 @@ fi
 # The Python of the driver's app and of the executors' Python workers (pandas UDFs).
 export PYSPARK_PYTHON=${PYSPARK_PYTHON:-python3}
 
+# Spark's JVM logs the user in through Hadoop, which fails with a NullPointerException deep in
+# its start-up for a uid without a passwd entry (an arbitrary runAsUser): say so in one line.
+require_passwd_entry() {
+  if ! id -un >/dev/null 2>&1; then
+    echo "spark-entrypoint: $1: uid $(id -u) has no passwd entry, which Spark needs;" \
+      "run as uid 185 (user spark)" >&2
+    exit 1
+  fi
+}
+
 case "${1:-}" in
   driver)
+    require_passwd_entry driver
     shift
     bind=()
     if [ -n "${SPARK_DRIVER_BIND_ADDRESS:-}" ]; then
@@ -40,6 +51,7 @@ case "${1:-}" in
     exec "$SPARK_HOME/bin/spark-submit" --deploy-mode client "${bind[@]}" "$@"
     ;;
   executor)
+    require_passwd_entry executor
     shift
     missing=()
     for name in SPARK_DRIVER_URL SPARK_EXECUTOR_ID SPARK_EXECUTOR_CORES SPARK_EXECUTOR_MEMORY \
