@@ -114,6 +114,8 @@ build() {  # build NAME DOCKERFILE [ARGS...]: logs to CHECK_DIR/NAME.log
 IMAGES=(data launcher train-cpu serve spark train)
 declare -A CONTAINERS=()
 declare -A USES=([train-cpu]=data [serve]=train-cpu)  # the image whose output a check uses
+declare -A CHECKS=([data]=check_data [launcher]=check_launcher [train-cpu]=check_train
+                   [serve]=check_serve [spark]=check_spark)  # the first phase's checks
 WANTED=()  # the images to build and check, all by default
 want() {  # want IMAGE...: adds each image and what its check uses to WANTED
   local image
@@ -274,13 +276,6 @@ check_train_gpu() {
     || fail "vaecf-train holds nvcc, the CUDA home, build files or an NVIDIA apt source"
 }
 
-# The Spark image: its configuration (user 185, Spark's convention, and the entrypoint), Java 17,
-# PySpark at the lock's version and spark-submit at the same, no TensorFlow; then, on a tiny
-# synthetic dataset, preprocess and split with --engine spark in Spark's local mode as uid 185,
-# and preprocess again as a Spark application through the entrypoint's driver and executor modes
-# (docker/spark-driver-executor.sh); both preprocess outputs hold the same interactions and every
-# manifest says engine spark. An arbitrary uid is refused in one line (Spark needs a passwd
-# entry, see the entrypoint).
 # in_spark USER CMD...: CMD in the Spark image with Spark on loopback: the container's hostname
 # (buildah's) does not resolve, unlike a pod's, and Spark looks its address up otherwise.
 in_spark() {
@@ -289,6 +284,13 @@ in_spark() {
   in_image spark "$user" env SPARK_LOCAL_IP=127.0.0.1 "$@"
 }
 
+# The Spark image: its configuration (user 185, Spark's convention, and the entrypoint), Java 17,
+# PySpark at the lock's version and spark-submit at the same, no TensorFlow; then, on a tiny
+# synthetic dataset, preprocess and split with --engine spark in Spark's local mode as uid 185,
+# and preprocess again as a Spark application through the entrypoint's driver and executor modes
+# (docker/spark-driver-executor.sh); both preprocess outputs hold the same interactions and every
+# manifest says engine spark. An arbitrary uid is refused in one line (Spark needs a passwd
+# entry, see the entrypoint).
 check_spark() {
   local image=vaecf-spark:$TAG dir=$CHECK_DIR/data/spark config out pin versions
   rm -rf "$dir"
@@ -324,7 +326,7 @@ check_spark() {
   in_spark 185:185 vaecf split --engine spark --input /data/spark/interactions \
     --output /data/spark/split
   say "spark: preprocess through the entrypoint's driver and executor modes as uid 185"
-  in_spark 185:185 TIMEOUT=300 /data/spark/spark-driver-executor.sh \
+  in_spark 185:185 /data/spark/spark-driver-executor.sh \
     /data/spark/driver/logs local:///opt/vaecf/main.py preprocess --engine spark \
     --input /data/spark/raw --output /data/spark/driver/interactions \
     || fail "$image: the driver and executor run failed (logs: $dir/driver/logs)"
@@ -391,6 +393,4 @@ main() {
   say "images ${WANTED[*]} built and ran; peak disk use $(peak_disk) above the start"
 }
 
-declare -A CHECKS=([data]=check_data [launcher]=check_launcher [train-cpu]=check_train
-                   [serve]=check_serve [spark]=check_spark)
 main "$@"
