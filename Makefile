@@ -54,7 +54,7 @@ clean:
 	rm -rf $(VENV) demo-output build *.egg-info
 
 # Images, registry push with recorded digests, and the compiled KFP pipeline.
-IMAGES := data train launcher serve
+IMAGES := data train launcher serve spark
 DIGESTS ?= build/digests.json
 PIPELINE_YAML ?= build/vaecf_pipeline.yaml
 SWEEP_YAML ?= build/vaecf_sweep.yaml
@@ -68,11 +68,13 @@ images:
 	$(CONTAINER_TOOL) build -f docker/train.Dockerfile --build-arg FLAVOUR=cpu \
 	  -t $(REGISTRY)/vaecf-train-cpu:$(TAG) .
 
-# Builds the data, launcher, serve and both train images with buildah on a bootstrapped
+# Builds the data, launcher, serve, Spark and both train images with buildah on a bootstrapped
 # stand-in for their base, runs them and removes them (see docker/check-images.sh; root,
-# Debian; ~12 minutes on 2 cores, ~30 GB of free disk).
+# Debian; ~12 minutes on 2 cores, ~30 GB of free disk). IMAGE_CHECK=spark (names from the
+# script's list) checks only those images and the ones their checks take data from.
+IMAGE_CHECK ?=
 image-check:
-	docker/check-images.sh
+	docker/check-images.sh $(IMAGE_CHECK)
 
 # Pushes the images and records their registry digests in $(DIGESTS); `make pipeline` then
 # pins every image by digest (delete the file to compile with tags again). The CPU train image

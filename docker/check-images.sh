@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Builds the data, launcher, both train images (CPU and GPU flavours) and the serve image with
-# buildah (no Docker daemon, no registry) and runs them: a data stage under an arbitrary uid,
-# `vaecf launch-mpijob --help`, `horovodrun --check-build` in both train images (NCCL in the GPU
-# one), `horovodrun -np 2` of a short `vaecf train` on a tiny synthetic split that the data image
-# made (CPU flavour), `vaecf train --help` in the GPU flavour (no GPU here to train on), and
-# `vaecf serve` of the model so trained (one v1 and one v2 request on loopback, then SIGTERM and
-# exit status 0). Each image is removed once checked, in two phases (the GPU train image
-# alone in the second), so that the disk holds at most ~30 GB of them. Run by `make
-# image-check`; needs root (buildah's storage, debootstrap) and installs its own prerequisites
-# with apt-get on Debian.
+# check-images.sh [IMAGE...]: builds the data, launcher, both train images (CPU and GPU
+# flavours), the serve and the Spark image with buildah (no Docker daemon, no registry) and runs
+# them: a data stage under an arbitrary uid, `vaecf launch-mpijob --help`, `horovodrun
+# --check-build` in both train images (NCCL in the GPU one), `horovodrun -np 2` of a short `vaecf
+# train` on a tiny synthetic split that the data image made (CPU flavour), `vaecf train --help`
+# in the GPU flavour (no GPU here to train on), `vaecf serve` of the model so trained (one v1 and
+# one v2 request on loopback, then SIGTERM and exit status 0), and in the Spark image preprocess
+# and split with `--engine spark` in Spark's local mode and preprocess through the entrypoint's
+# driver and executor modes (see check_spark). Each image is removed once checked, in two phases
+# (the GPU train image alone in the second), so that the disk holds at most ~30 GB of them. Run
+# by `make image-check`; needs root (buildah's storage, debootstrap) and installs its own
+# prerequisites with apt-get on Debian. Given IMAGE names (of IMAGES below), it builds and checks
+# only those and the images whose outputs their checks use (serve: train-cpu's model, train-cpu:
+# data's split).
 #
 # The pinned base python:3.11.11-slim-bookworm cannot be pulled here (no registry), so a
 # stand-in of the same name is bootstrapped with debootstrap. It differs from the real base:
@@ -107,8 +111,21 @@ build() {  # build NAME DOCKERFILE [ARGS...]: logs to CHECK_DIR/NAME.log
 # One working container per image for all its checks (each `buildah from` is a full copy of
 # the image with the vfs driver). Each phase removes its containers and images when its checks
 # pass, and the exit trap whatever is left, so a run leaves only the stand-in base behind.
-IMAGES=(data launcher train-cpu serve train)
+IMAGES=(data launcher train-cpu serve spark train)
 declare -A CONTAINERS=()
+declare -A USES=([train-cpu]=data [serve]=train-cpu)  # the image whose output a check uses
+declare -A CHECKS=([data]=check_data [launcher]=check_launcher [train-cpu]=check_train
+                   [serve]=check_serve [spark]=check_spark)  # the first phase's checks
+WANTED=()  # the images to build and check, all by default
+want() {  # want IMAGE...: adds each image and what its check uses to WANTED
+  local image
+  for image in "$@"; do
+    [[ " ${IMAGES[*]} " == *" $image "* ]] || fail "unknown image '$image' (one of: ${IMAGES[*]})"
+    [ -z "${USES[$image]:-}" ] || want "${USES[$image]}"
+    wanted "$image" || WANTED+=("$image")
+  done
+}
+wanted() { [[ " ${WANTED[*]} " == *" $1 "* ]]; }
 remove_images() {  # remove_images IMAGE...: their working containers, then the images
   local image
   for image in "$@"; do
@@ -259,39 +276,121 @@ check_train_gpu() {
     || fail "vaecf-train holds nvcc, the CUDA home, build files or an NVIDIA apt source"
 }
 
+# in_spark USER CMD...: CMD in the Spark image with Spark on loopback: the container's hostname
+# (buildah's) does not resolve, unlike a pod's, and Spark looks its address up otherwise.
+in_spark() {
+  local user=$1
+  shift
+  in_image spark "$user" env SPARK_LOCAL_IP=127.0.0.1 "$@"
+}
+
+# The Spark image: its configuration (user 185, Spark's convention, and the entrypoint), Java 17,
+# PySpark at the lock's version and spark-submit at the same, no TensorFlow; then, on a tiny
+# synthetic dataset, preprocess and split with --engine spark in Spark's local mode as uid 185,
+# and preprocess again as a Spark application through the entrypoint's driver and executor modes
+# (docker/spark-driver-executor.sh); both preprocess outputs hold the same interactions and every
+# manifest says engine spark. An arbitrary uid is refused in one line (Spark needs a passwd
+# entry, see the entrypoint).
+check_spark() {
+  local image=vaecf-spark:$TAG dir=$CHECK_DIR/data/spark config out pin versions
+  rm -rf "$dir"
+  mkdir -p "$dir/driver"
+  chown -R 185:185 "$dir"
+  cp docker/spark-driver-executor.sh "$dir/"
+  config=$(buildah inspect --type image --format '{{.OCIv1.Config.User}} {{.OCIv1.Config.Entrypoint}}' "$image")
+  [ "$config" = '185:185 [/opt/vaecf/entrypoint.sh]' ] \
+    || fail "$image: user and entrypoint are $config, not 185:185 [/opt/vaecf/entrypoint.sh]"
+  out=$(buildah run --isolation chroot "${CONTAINERS[spark]}" -- id -u)
+  [ "$out" = 185 ] || fail "$image runs as uid $out, not 185"
+  say "spark: Java, Spark and PySpark versions as uid 185"
+  out=$(in_spark 185:185 sh -c 'java -version 2>&1')
+  grep -q '^openjdk version "17\.' <<< "$out" || fail "$image: java is not 17: $out"
+  pin=$(sed -n 's/^pyspark==//p' requirements.lock)
+  versions=$(in_spark 185:185 sh -c '"$SPARK_HOME/bin/spark-submit" --version 2>&1 \
+      | sed -n "s/.*version \([0-9][0-9.]*\)$/spark-submit \1/p" | head -n 1; \
+    python -c "import pyspark; print(\"pyspark\", pyspark.__version__)"')
+  [ "$versions" = "spark-submit $pin"$'\n'"pyspark $pin" ] \
+    || fail "$image: spark-submit and pyspark are not both requirements.lock's $pin: $versions"
+  # Hadoop's login in Spark's JVM needs a passwd entry: an unknown uid gets one line, exit 1.
+  out=$(in_spark "$RUN_UID" sh -c '/opt/vaecf/entrypoint.sh driver --version 2>&1') \
+    && fail "$image: the driver ran as uid $RUN_UID, which has no passwd entry"
+  [ "$out" = "spark-entrypoint: driver: uid ${RUN_UID%%:*} has no passwd entry, which Spark needs; run as uid 185 (user spark)" ] \
+    || fail "$image: the driver as uid $RUN_UID should fail in one line: $out"
+  in_spark 185:185 sh -c 'test ! -e /build && ! pip list 2>/dev/null | grep -qiE "^(tensorflow|keras|kfp) "' \
+    || fail "$image holds build files or TensorFlow"
+  say "spark: download, then preprocess and split --engine spark in local mode, as uid 185"
+  in_spark 185:185 vaecf download --dataset synthetic --synthetic-users 200 \
+    --synthetic-items 80 --output /data/spark/raw
+  in_spark 185:185 vaecf preprocess --engine spark --input /data/spark/raw \
+    --output /data/spark/interactions
+  in_spark 185:185 vaecf split --engine spark --input /data/spark/interactions \
+    --output /data/spark/split
+  say "spark: preprocess through the entrypoint's driver and executor modes as uid 185"
+  in_spark 185:185 /data/spark/spark-driver-executor.sh \
+    /data/spark/driver/logs local:///opt/vaecf/main.py preprocess --engine spark \
+    --input /data/spark/raw --output /data/spark/driver/interactions \
+    || fail "$image: the driver and executor run failed (logs: $dir/driver/logs)"
+  out=$(in_spark 185:185 python -c '
+import json
+import pyarrow.parquet as pq
+local, driver, split = "/data/spark/interactions", "/data/spark/driver/interactions", "/data/spark/split"
+manifests = [json.load(open(f"{d}/{s}_manifest.json"))
+             for d, s in ((local, "preprocess"), (driver, "preprocess"), (split, "dataset"))]
+assert [m["engine"] for m in manifests] == ["spark"] * 3, [m["engine"] for m in manifests]
+assert manifests[0]["counts"] == manifests[1]["counts"], "counts differ"
+tables = [pq.read_table(f"{d}/interactions.parquet") for d in (local, driver)]
+assert tables[0].num_rows > 0 and tables[0].equals(tables[1]), "interactions differ"
+print("spark ok")
+') || fail "$image: the outputs: $out"
+  grep -q '^spark ok$' <<< "$out" || fail "$image: the outputs: $out"
+}
+
 main() {
   [ "$(id -u)" = 0 ] || fail "run as root (buildah storage, debootstrap, chown)"
+  if [ $# -gt 0 ]; then want "$@"; else WANTED=("${IMAGES[@]}"); fi
   install_prerequisites
   pick_storage_driver
   mkdir -p "$CHECK_DIR"
-  say "storage driver $STORAGE_DRIVER"
+  say "storage driver $STORAGE_DRIVER; images ${WANTED[*]}"
   trap cleanup EXIT
   remove_images "${IMAGES[@]}"  # left by an interrupted run
   stand_in_base
   start_disk_sampler
   # Two phases, so that the disk holds the GPU image alone, not every image at once. First the
-  # CPU train image (its Horovod compile is CPU-bound) beside the data, launcher and serve images
-  # (mostly downloads), all checked, then removed.
-  build train-cpu docker/train.Dockerfile --build-arg FLAVOUR=cpu &
-  local train=$!
-  build data docker/data.Dockerfile
-  build launcher docker/launcher.Dockerfile
-  build serve docker/serve.Dockerfile
-  wait "$train" || fail "train-cpu build"
-  buildah images --filter "reference=vaecf-*:$TAG"
-  open_containers data launcher train-cpu serve
-  check_data
-  check_launcher
-  check_train
-  check_serve
-  remove_images data launcher train-cpu serve
+  # CPU train image (its Horovod compile is CPU-bound) beside the data, launcher, serve and Spark
+  # images (mostly downloads), all checked (in this order: each check may use the output of one
+  # before it), then removed.
+  local image train= began phase1=()
+  for image in data launcher train-cpu serve spark; do
+    if wanted "$image"; then phase1+=("$image"); fi
+  done
+  if wanted train-cpu; then
+    build train-cpu docker/train.Dockerfile --build-arg FLAVOUR=cpu &
+    train=$!
+  fi
+  for image in data launcher serve spark; do
+    if wanted "$image"; then build "$image" "docker/$image.Dockerfile"; fi
+  done
+  if [ -n "$train" ]; then wait "$train" || fail "train-cpu build"; fi
+  if [ ${#phase1[@]} -gt 0 ]; then
+    buildah images --filter "reference=vaecf-*:$TAG"
+    open_containers "${phase1[@]}"
+    for image in "${phase1[@]}"; do
+      began=$SECONDS
+      "${CHECKS[$image]}"
+      say "checked vaecf-$image in $((SECONDS - began)) s"
+    done
+    remove_images "${phase1[@]}"
+  fi
   # Then the GPU train image, the largest, alone.
-  build train docker/train.Dockerfile
-  buildah images --filter "reference=vaecf-train:$TAG"
-  open_containers train
-  check_train_gpu
-  remove_images train
-  say "all images built and ran; peak disk use $(peak_disk) above the start"
+  if wanted train; then
+    build train docker/train.Dockerfile
+    buildah images --filter "reference=vaecf-train:$TAG"
+    open_containers train
+    check_train_gpu
+    remove_images train
+  fi
+  say "images ${WANTED[*]} built and ran; peak disk use $(peak_disk) above the start"
 }
 
 main "$@"

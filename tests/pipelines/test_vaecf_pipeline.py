@@ -347,13 +347,16 @@ def test_make_push_records_digests_that_make_pipeline_pins(tmp_path) -> None:
                     f"PIPELINE_YAML={output}", f"PY={sys.executable}"],
                    cwd=ROOT, check=True, capture_output=True)
     assert json.loads(digests.read_text()) == {"data": DIGEST, "train": DIGEST,
-                                               "launcher": DIGEST, "serve": DIGEST}
+                                               "launcher": DIGEST, "serve": DIGEST,
+                                               "spark": DIGEST}
     lines = calls.read_text().splitlines()
-    assert [line.split()[0] for line in lines] == ["build"] * 5 + ["push", "image"] * 4 + ["push"]
+    assert [line.split()[0] for line in lines] == ["build"] * 6 + ["push", "image"] * 5 + ["push"]
     assert lines[0].startswith("build -f docker/data.Dockerfile -t "
                                "registry.example/ml/vaecf-data:2.0")
+    assert lines[4].startswith("build -f docker/spark.Dockerfile -t "
+                               "registry.example/ml/vaecf-spark:2.0")
     # The CPU flavour of the train image (manifests/overlays/cpu) is built and pushed by tag.
-    assert lines[4] == ("build -f docker/train.Dockerfile --build-arg FLAVOUR=cpu "
+    assert lines[5] == ("build -f docker/train.Dockerfile --build-arg FLAVOUR=cpu "
                         "-t registry.example/ml/vaecf-train-cpu:2.0 .")
     assert lines[-1] == "push registry.example/ml/vaecf-train-cpu:2.0"
     spec = next(yaml.safe_load_all(output.read_text()))
