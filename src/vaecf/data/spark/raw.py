@@ -1,0 +1,185 @@
+"""The raw rows of a download for ``--engine spark``: every layout the pandas engine reads.
+
+The driver makes the checks the pandas reader makes before parsing (the data files there,
+an empty file, a header, Pinterest's first line, a Parquet footer), cuts the files into
+pieces, packs them into tasks of about ``spark.sql.files.maxPartitionBytes``' default and
+parses them in the tasks with the pandas engine's own code (``pieces``). The parse is
+persisted once: the pieces' reports come from it, and every later step reads it, not the
+files. A file with a fault stops the stage with the pandas engine's line, found in the
+order the pandas reader finds faults: files in order; in a text file a line pyarrow
+refuses, no rows, a Netflix file not starting with its movie, a bad value, the line named
+by the pandas engine's line pass (``locate_error``); in a Parquet file the first fault of
+its row groups (``parquet_problem``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import partial
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from vaecf.data.readers import KINDS, TableColumns, check_data_files, text_layout
+from vaecf.data.readers.archive import DataFile
+from vaecf.data.readers.interactions_table import parquet_kinds
+from vaecf.data.readers.netflix import no_movie_line
+from vaecf.data.readers.table import locate_error
+from vaecf.data.spark.pieces import (
+    NO_MOVIE,
+    STRUCTURE,
+    VALUES,
+    FileFormat,
+    Piece,
+    Report,
+    read_pieces,
+)
+from vaecf.errors import VaecfError
+from vaecf.io.readers import parquet_groups
+
+# Spark's defaults for its own file reader: the most bytes a task reads
+# (spark.sql.files.maxPartitionBytes) and what opening one more file costs (openCostInBytes).
+MAX_TASK_BYTES = 128 << 20
+OPEN_COST = 4 << 20
+_REPORT = "_report"
+
+
+@dataclass(frozen=True)
+class RawFrame:
+    """What the pandas engine's ``RawInteractions`` holds, as a DataFrame.
+
+    Attributes:
+      rows: (user_id, item_id, value) of every data row, checked; read from ``cached``.
+      kind: ``rating``, ``plays`` or ``implicit``: the implicit rule.
+      counts: the reader's own counts (Last.fm's rows without an artist id).
+      cached: the persisted parse, to unpersist once ``rows`` is no longer read.
+    """
+
+    rows: DataFrame
+    kind: str
+    counts: dict[str, int]
+    cached: DataFrame
+
+
+def read_raw(spark: SparkSession, reader: str, files: list[DataFile], names: list[str],
+             where: str, columns: TableColumns | None = None) -> RawFrame:
+    """The raw rows of a download's data files (sorted by label), read with ``reader``."""
+    check_data_files(reader, [f.label for f in files], names, where)
+    forms: list[FileFormat] = []
+    groups: list[list[tuple[int, int]]] = []
+    late: VaecfError | None = None  # a fault found before parsing: the pandas reader meets it
+    for file in files:                # only after reading the files before it
+        try:
+            layout = text_layout(reader, file, columns)
+            if layout is None:
+                assert columns is not None
+                groups.append(parquet_groups(file.path, parquet_kinds(columns), file.label))
+                if not sum(rows for rows, _ in groups[-1]):
+                    raise VaecfError(f"{file.label}: no data rows")
+            else:
+                groups.append([])
+        except VaecfError as err:
+            late = err
+            break
+        forms.append(FileFormat(file.label, layout, columns, netflix=reader == "netflix"))
+    text = reader == "lastfm" or reader == "table"
+    ids = T.StringType() if text else T.LongType()
+    schema = T.StructType([T.StructField("user_id", ids), T.StructField("item_id", ids),
+                           T.StructField("value", T.DoubleType()),
+                           T.StructField(_REPORT, T.StringType())])
+    pieces = _pieces(files[:len(forms)], forms, groups, spark.sparkContext.defaultParallelism)
+    tasks = _tasks(pieces)
+    arrow = pa.schema([("user_id", pa.string() if text else pa.int64()),
+                       ("item_id", pa.string() if text else pa.int64()),
+                       ("value", pa.float64()), (_REPORT, pa.string())])
+    parsed = spark.createDataFrame(
+        spark.sparkContext.parallelize(tasks, max(len(tasks), 1)).flatMap(
+            lambda task: [(piece,) for piece in task]),
+        T.StructType([T.StructField("piece", T.IntegerType())])).mapInArrow(
+        partial(read_pieces, pieces=pieces, forms=forms, schema=arrow), schema).persist()
+    try:
+        found = [Report(**json.loads(row[0])) for row in
+                 parsed.where(F.col(_REPORT).isNotNull()).select(_REPORT).collect()]
+        counts = _check(files, forms, found)
+        if late is not None:
+            raise late
+    except BaseException:
+        parsed.unpersist()
+        raise
+    layout = forms[0].layout if forms else None
+    dropped = {layout.dropped: counts} if layout is not None and layout.dropped else {}
+    kind = columns.kind if reader == "table" and columns is not None else KINDS[reader]
+    return RawFrame(parsed.where(F.col(_REPORT).isNull()).drop(_REPORT), kind, dropped, parsed)
+
+
+def _pieces(files: list[DataFile], forms: list[FileFormat], groups: list[list[tuple[int, int]]],
+            parallelism: int) -> list[Piece]:
+    """Text files cut into byte ranges (a Netflix file whole: its lines need the movie line
+    above them), Parquet files into row groups. The range is Spark's own split size: the
+    bytes spread over the cores, at least ``OPEN_COST``, at most ``MAX_TASK_BYTES``."""
+    sizes = [f.path.stat().st_size for f in files]
+    split = min(MAX_TASK_BYTES, max(OPEN_COST, sum(sizes) // max(parallelism, 1)))
+    pieces: list[Piece] = []
+    for index, (file, form, size) in enumerate(zip(files, forms, sizes, strict=True)):
+        path = str(file.path)
+        if form.layout is None:
+            first = 0
+            for group, (rows, compressed) in enumerate(groups[index]):
+                pieces.append(Piece(index, path, first, first + rows, compressed, group))
+                first += rows
+        elif form.netflix:
+            pieces.append(Piece(index, path, 0, size, size))
+        else:
+            pieces.extend(Piece(index, path, start, min(start + split, size),
+                                min(split, size - start))
+                          for start in range(0, size, split))
+    return pieces
+
+
+def _tasks(pieces: list[Piece]) -> list[list[int]]:
+    """Consecutive pieces packed into tasks of at most ``MAX_TASK_BYTES`` (a piece larger
+    than that alone), each file counting ``OPEN_COST`` more, as Spark packs its splits."""
+    tasks: list[list[int]] = []
+    size = MAX_TASK_BYTES
+    for index, piece in enumerate(pieces):
+        cost = piece.size + OPEN_COST
+        if size + cost > MAX_TASK_BYTES:
+            tasks.append([])
+            size = 0
+        tasks[-1].append(index)
+        size += cost
+    return tasks
+
+
+def _check(files: list[DataFile], forms: list[FileFormat], reports: list[Report]) -> int:
+    """Raise the pandas engine's line for the first file with a fault; the rows left out."""
+    by_file: dict[int, list[Report]] = {}
+    for report in sorted(reports, key=lambda r: r.piece):
+        by_file.setdefault(report.file, []).append(report)
+    for index, form in enumerate(forms):
+        file, found = files[index], by_file.get(index, [])
+        errors = [r.error for r in found if r.error]
+        if errors:
+            raise VaecfError(errors[0])
+        flags, rows = 0, sum(r.rows for r in found)
+        for report in found:
+            flags |= report.flags
+        if form.layout is None:
+            problems = [(int(check), int(row), str(what))  # type: ignore[call-overload]
+                        for check, row, what in (r.problem for r in found if r.problem)]
+            if problems:
+                _, row, what = min(problems)
+                raise VaecfError(f"{file.label}: row {row + 1}: {what}")
+            continue
+        if flags & STRUCTURE:
+            raise locate_error(file, form.layout, next(r.reason for r in found if r.reason))
+        if rows == 0:
+            raise VaecfError(f"{file.label}: no data rows (header only?)")
+        if flags & NO_MOVIE:
+            raise no_movie_line(file)
+        if flags & VALUES:
+            raise locate_error(file, form.layout, "bad values")
+    return sum(r.dropped for r in reports)
