@@ -94,15 +94,15 @@ class Report:
     error: str | None = None
 
 
-class _LineTooLong(Exception):
-    pass
+class LineTooLong(Exception):
+    """A line longer than a block: refused, as the pandas reader refuses it."""
 
 
 def line_blocks(handle: IO[bytes], start: int, end: int, header: bool,
                 block: int = BLOCK) -> Iterator[bytes]:
     """The lines that start in ``[start, end)`` of an open file, in blocks of whole lines;
     the file's header line (``header``) and a leading byte-order mark are not data. Raises
-    ``_LineTooLong`` for a line longer than ``block``."""
+    ``LineTooLong`` for a line longer than ``block``."""
     if start == 0:
         if header:
             handle.readline(MAX_HEADER + 1)  # read and checked by the driver
@@ -130,7 +130,7 @@ def line_blocks(handle: IO[bytes], start: int, end: int, header: bool,
                 yield pending[:cut]
                 position, pending = position + cut, pending[cut:]
         if len(pending) - pending.rfind(b"\n") - 1 > block:
-            raise _LineTooLong
+            raise LineTooLong
 
 
 def movie_blocks(blocks: Iterable[bytes]) -> Iterator[tuple[int | None, bytes]]:
@@ -193,7 +193,7 @@ def _text_rows(piece: Piece, form: FileFormat, report: Report
                 else:
                     report.dropped += rows.dropped
                     yield rows, movie
-        except (_LineTooLong, pa.ArrowException) as err:
+        except (LineTooLong, pa.ArrowException) as err:
             report.flags |= STRUCTURE
             report.reason = str(err).splitlines()[0][:200] if str(err) else "a line too long"
 
