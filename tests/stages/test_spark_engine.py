@@ -311,7 +311,7 @@ def _pairs(text_ids: bool) -> pd.DataFrame:
 def test_spark_split_follows_the_rule(cli, tmp_path: Path, text_ids: bool,  # type: ignore[no-untyped-def]
                                       flags: tuple[object, ...], config: SplitConfig) -> None:
     frame = _pairs(text_ids)
-    source = interactions(tmp_path / "in", frame)
+    source = interactions(tmp_path / "in[1]*{a,b}?", frame)  # a name, never a glob pattern
     code, _, err = cli("split", "--input", source, "--output", tmp_path / "out", "--seed", 5,
                        "--engine", "spark", *flags)
     assert code == 0, err

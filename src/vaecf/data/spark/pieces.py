@@ -243,3 +243,15 @@ def read_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
             yield pa.RecordBatch.from_arrays(
                 [pa.nulls(1, field.type) for field in list(schema)[:3]]
                 + [pa.array([json.dumps(asdict(report))], pa.string())], schema=schema)
+
+
+def read_parquet_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
+                        columns: dict[str, str], where: str, schema: pa.Schema
+                        ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``'s function: the ``columns`` of the row groups named by ``batches``
+    (column ``piece``), read by the bounded Parquet reader, as ``schema``'s types."""
+    for batch in batches:
+        for index in batch.column("piece").to_pylist():
+            piece = pieces[index]
+            table = read_parquet(Path(piece.path), columns, where, row_groups=[piece.group])
+            yield from table.select(list(columns)).cast(schema).to_batches()

@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -35,6 +37,7 @@ from vaecf.data.spark.pieces import (
     FileFormat,
     Piece,
     Report,
+    read_parquet_pieces,
     read_pieces,
 )
 from vaecf.errors import VaecfError
@@ -76,7 +79,7 @@ def read_raw(spark: SparkSession, reader: str, files: list[DataFile], names: lis
             layout = text_layout(reader, file, columns)
             if layout is None:
                 assert columns is not None
-                groups.append(parquet_groups(file.path, parquet_kinds(columns), file.label))
+                groups.append(parquet_groups(file.path, parquet_kinds(columns), file.label)[1])
                 if not sum(rows for rows, _ in groups[-1]):
                     raise VaecfError(f"{file.label}: no data rows")
             else:
@@ -95,10 +98,7 @@ def read_raw(spark: SparkSession, reader: str, files: list[DataFile], names: lis
     arrow = pa.schema([("user_id", pa.string() if text else pa.int64()),
                        ("item_id", pa.string() if text else pa.int64()),
                        ("value", pa.float64()), (_REPORT, pa.string())])
-    parsed = spark.createDataFrame(
-        spark.sparkContext.parallelize(tasks, max(len(tasks), 1)).flatMap(
-            lambda task: [(piece,) for piece in task]),
-        T.StructType([T.StructField("piece", T.IntegerType())])).mapInArrow(
+    parsed = _task_frame(spark, tasks).mapInArrow(
         partial(read_pieces, pieces=pieces, forms=forms, schema=arrow), schema).persist()
     try:
         found = [Report(**json.loads(row[0])) for row in
@@ -115,6 +115,31 @@ def read_raw(spark: SparkSession, reader: str, files: list[DataFile], names: lis
     return RawFrame(parsed.where(F.col(_REPORT).isNull()).drop(_REPORT), kind, dropped, parsed)
 
 
+def read_parquet_file(spark: SparkSession, path: Path, columns: dict[str, str],
+                      where: str | None = None) -> DataFrame:
+    """The ``columns`` of a Parquet file (``read_parquet``'s kinds), read by the bounded
+    Parquet reader in tasks of row groups: integers as longs, text as strings."""
+    where = where or str(path)
+    types, groups = parquet_groups(path, columns, where)
+    pieces = _row_groups(0, str(path), groups)
+    arrow = pa.schema([(name, pa.int64() if pa.types.is_integer(types.field(name).type)
+                        else pa.string()) for name in columns])
+    schema = T.StructType([T.StructField(name, T.LongType() if kind == pa.int64()
+                                         else T.StringType()) for name, kind in
+                           zip(arrow.names, arrow.types, strict=True)])
+    return _task_frame(spark, _tasks(pieces)).mapInArrow(
+        partial(read_parquet_pieces, pieces=pieces, columns=columns, where=where,
+                schema=arrow), schema)
+
+
+def _task_frame(spark: SparkSession, tasks: list[list[int]]) -> DataFrame:
+    """One partition per task, holding its pieces' indices (column ``piece``)."""
+    return spark.createDataFrame(
+        spark.sparkContext.parallelize(tasks, max(len(tasks), 1)).flatMap(
+            lambda task: [(piece,) for piece in task]),
+        T.StructType([T.StructField("piece", T.IntegerType())]))
+
+
 def _pieces(files: list[DataFile], forms: list[FileFormat], groups: list[list[tuple[int, int]]],
             parallelism: int) -> list[Piece]:
     """Text files cut into byte ranges (a Netflix file whole: its lines need the movie line
@@ -126,10 +151,7 @@ def _pieces(files: list[DataFile], forms: list[FileFormat], groups: list[list[tu
     for index, (file, form, size) in enumerate(zip(files, forms, sizes, strict=True)):
         path = str(file.path)
         if form.layout is None:
-            first = 0
-            for group, (rows, compressed) in enumerate(groups[index]):
-                pieces.append(Piece(index, path, first, first + rows, compressed, group))
-                first += rows
+            pieces.extend(_row_groups(index, path, groups[index]))
         elif form.netflix:
             pieces.append(Piece(index, path, 0, size, size))
         else:
@@ -137,6 +159,13 @@ def _pieces(files: list[DataFile], forms: list[FileFormat], groups: list[list[tu
                                 min(split, size - start))
                           for start in range(0, size, split))
     return pieces
+
+
+def _row_groups(file: int, path: str, groups: list[tuple[int, int]]) -> list[Piece]:
+    """A Parquet file's pieces: its row groups, each with its first row in the file."""
+    firsts = [0, *np.cumsum([rows for rows, _ in groups]).tolist()]
+    return [Piece(file, path, firsts[group], firsts[group] + rows, compressed, group)
+            for group, (rows, compressed) in enumerate(groups)]
 
 
 def _tasks(pieces: list[Piece]) -> list[list[int]]:
