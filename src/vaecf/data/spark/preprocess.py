@@ -27,26 +27,32 @@ def _keep_frequent(frame: DataFrame, column: str, minimum: int) -> DataFrame:
     return frame.withColumn("_n", size).where(F.col("_n") >= minimum).drop("_n")
 
 
-def _filter(pairs: DataFrame, config: FilterConfig, counts: dict[str, Any]) -> DataFrame:
-    """Items first, then users; repeated until stable with ``k_core`` (as the pandas engine)."""
+def _filter(pairs: DataFrame, rows: int, config: FilterConfig, counts: dict[str, Any]
+            ) -> tuple[DataFrame, dict[str, int]]:
+    """Items first, then users; repeated until stable with ``k_core`` (as the pandas engine).
+    ``rows``: the rows of ``pairs``. Returns the pairs kept and their counts; every count is
+    taken once (a step's counts give the next round its rows)."""
     rounds = 0
     while True:
         rounds += 1
-        before = pairs.count()
+        before = rows
         if config.min_item_users > 0:
             pairs = _keep_frequent(pairs, "item_id", config.min_item_users)
         if rounds == 1:
             pairs = pairs.localCheckpoint()
             counts["item_filter"] = step_counts(pairs)
         pairs = _keep_frequent(pairs, "user_id", config.min_user_items).localCheckpoint()
-        rows = pairs.count()
         if rounds == 1:
             counts["user_filter"] = step_counts(pairs)
+            rows = counts["user_filter"]["rows"]
+        else:
+            rows = pairs.count()
         if not config.k_core or rows in (before, 0):
             break
+    kept = counts["user_filter"] if rounds == 1 else step_counts(pairs)
     if config.k_core:
-        counts["k_core"] = {**step_counts(pairs), "rounds": rounds}
-    return pairs
+        counts["k_core"] = {**kept, "rounds": rounds}
+    return pairs, kept
 
 
 def _positive(kind: str, config: FilterConfig) -> Column:
@@ -73,8 +79,7 @@ def preprocess(raw: RawFrame, config: FilterConfig) -> tuple[DataFrame, dict[str
     distinct = step_counts(dedup)
     counts["duplicates"] = counts["implicit"]["rows"] - distinct["rows"]
     counts["dedup"] = distinct
-    kept = _filter(dedup, config, counts)
-    output = step_counts(kept)
+    kept, output = _filter(dedup, distinct["rows"], config, counts)
     if output["rows"] == 0:
         raise VaecfError(
             f"every user was filtered out: none of {counts['dedup']['users']:,} users keeps "

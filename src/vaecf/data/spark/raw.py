@@ -93,8 +93,9 @@ def read_raw(spark: SparkSession, reader: str, files: list[DataFile], names: lis
     schema = T.StructType([T.StructField("user_id", ids), T.StructField("item_id", ids),
                            T.StructField("value", T.DoubleType()),
                            T.StructField(_REPORT, T.StringType())])
-    pieces = _pieces(files[:len(forms)], forms, groups, spark.sparkContext.defaultParallelism)
-    tasks = _tasks(pieces)
+    pieces, split = _pieces(files[:len(forms)], forms, groups,
+                            spark.sparkContext.defaultParallelism)
+    tasks = _tasks(pieces, split)
     arrow = pa.schema([("user_id", pa.string() if text else pa.int64()),
                        ("item_id", pa.string() if text else pa.int64()),
                        ("value", pa.float64()), (_REPORT, pa.string())])
@@ -127,7 +128,8 @@ def read_parquet_file(spark: SparkSession, path: Path, columns: dict[str, str],
     schema = T.StructType([T.StructField(name, T.LongType() if kind == pa.int64()
                                          else T.StringType()) for name, kind in
                            zip(arrow.names, arrow.types, strict=True)])
-    return _task_frame(spark, _tasks(pieces)).mapInArrow(
+    split = _split_size(sum(p.size for p in pieces), spark.sparkContext.defaultParallelism)
+    return _task_frame(spark, _tasks(pieces, split)).mapInArrow(
         partial(read_parquet_pieces, pieces=pieces, columns=columns, where=where,
                 schema=arrow), schema)
 
@@ -141,12 +143,11 @@ def _task_frame(spark: SparkSession, tasks: list[list[int]]) -> DataFrame:
 
 
 def _pieces(files: list[DataFile], forms: list[FileFormat], groups: list[list[tuple[int, int]]],
-            parallelism: int) -> list[Piece]:
+            parallelism: int) -> tuple[list[Piece], int]:
     """Text files cut into byte ranges (a Netflix file whole: its lines need the movie line
-    above them), Parquet files into row groups. The range is Spark's own split size: the
-    bytes spread over the cores, at least ``OPEN_COST``, at most ``MAX_TASK_BYTES``."""
+    above them), Parquet files into row groups; and the bytes of a task (``_split_size``)."""
     sizes = [f.path.stat().st_size for f in files]
-    split = min(MAX_TASK_BYTES, max(OPEN_COST, sum(sizes) // max(parallelism, 1)))
+    split = _split_size(sum(sizes), parallelism)
     pieces: list[Piece] = []
     for index, (file, form, size) in enumerate(zip(files, forms, sizes, strict=True)):
         path = str(file.path)
@@ -158,7 +159,13 @@ def _pieces(files: list[DataFile], forms: list[FileFormat], groups: list[list[tu
             pieces.extend(Piece(index, path, start, min(start + split, size),
                                 min(split, size - start))
                           for start in range(0, size, split))
-    return pieces
+    return pieces, split
+
+
+def _split_size(total: int, parallelism: int) -> int:
+    """Spark's split size: ``total`` bytes spread over the cores, at least ``OPEN_COST``, at
+    most ``MAX_TASK_BYTES``."""
+    return min(MAX_TASK_BYTES, max(OPEN_COST, total // max(parallelism, 1)))
 
 
 def _row_groups(file: int, path: str, groups: list[tuple[int, int]]) -> list[Piece]:
@@ -168,14 +175,14 @@ def _row_groups(file: int, path: str, groups: list[tuple[int, int]]) -> list[Pie
             for group, (rows, compressed) in enumerate(groups)]
 
 
-def _tasks(pieces: list[Piece]) -> list[list[int]]:
-    """Consecutive pieces packed into tasks of at most ``MAX_TASK_BYTES`` (a piece larger
-    than that alone), each file counting ``OPEN_COST`` more, as Spark packs its splits."""
+def _tasks(pieces: list[Piece], split: int) -> list[list[int]]:
+    """Consecutive pieces packed into tasks of at most ``split`` bytes (a piece larger than
+    that alone), each piece counting ``OPEN_COST`` more, as Spark packs its splits."""
     tasks: list[list[int]] = []
-    size = MAX_TASK_BYTES
+    size = split
     for index, piece in enumerate(pieces):
         cost = piece.size + OPEN_COST
-        if size + cost > MAX_TASK_BYTES:
+        if size + cost > split:
             tasks.append([])
             size = 0
         tasks[-1].append(index)
