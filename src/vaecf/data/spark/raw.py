@@ -24,6 +24,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from vaecf.data.readers import KINDS, TableColumns, check_data_files, text_layout
 from vaecf.data.readers.archive import DataFile
@@ -41,7 +42,7 @@ from vaecf.data.spark.pieces import (
     read_pieces,
 )
 from vaecf.errors import VaecfError
-from vaecf.io.readers import parquet_groups
+from vaecf.io.readers import IDS, parquet_groups
 
 # Spark's defaults for its own file reader: the most bytes a task reads
 # (spark.sql.files.maxPartitionBytes) and what opening one more file costs (openCostInBytes).
@@ -88,50 +89,43 @@ def read_raw(spark: SparkSession, reader: str, files: list[DataFile], names: lis
             late = err
             break
         forms.append(FileFormat(file.label, layout, columns, netflix=reader == "netflix"))
-    text = reader == "lastfm" or reader == "table"
-    ids = T.StringType() if text else T.LongType()
-    schema = T.StructType([T.StructField("user_id", ids), T.StructField("item_id", ids),
-                           T.StructField("value", T.DoubleType()),
-                           T.StructField(_REPORT, T.StringType())])
+    ids = pa.string() if reader in ("lastfm", "table") else pa.int64()  # text ids stay text
+    arrow = pa.schema([("user_id", ids), ("item_id", ids), ("value", pa.float64()),
+                       (_REPORT, pa.string())])
     pieces, split = _pieces(files[:len(forms)], forms, groups,
                             spark.sparkContext.defaultParallelism)
-    tasks = _tasks(pieces, split)
-    arrow = pa.schema([("user_id", pa.string() if text else pa.int64()),
-                       ("item_id", pa.string() if text else pa.int64()),
-                       ("value", pa.float64()), (_REPORT, pa.string())])
-    parsed = _task_frame(spark, tasks).mapInArrow(
-        partial(read_pieces, pieces=pieces, forms=forms, schema=arrow), schema).persist()
+    parsed = _task_frame(spark, _tasks(pieces, split)).mapInArrow(
+        partial(read_pieces, pieces=pieces, forms=forms, schema=arrow),
+        from_arrow_schema(arrow)).persist()
     try:
         found = [Report(**json.loads(row[0])) for row in
                  parsed.where(F.col(_REPORT).isNotNull()).select(_REPORT).collect()]
-        counts = _check(files, forms, found)
+        left_out = _check(files, forms, found)
         if late is not None:
             raise late
     except BaseException:
         parsed.unpersist()
         raise
     layout = forms[0].layout if forms else None
-    dropped = {layout.dropped: counts} if layout is not None and layout.dropped else {}
+    dropped = {layout.dropped: left_out} if layout is not None and layout.dropped else {}
     kind = columns.kind if reader == "table" and columns is not None else KINDS[reader]
     return RawFrame(parsed.where(F.col(_REPORT).isNull()).drop(_REPORT), kind, dropped, parsed)
 
 
-def read_parquet_file(spark: SparkSession, path: Path, columns: dict[str, str],
-                      where: str | None = None) -> DataFrame:
-    """The ``columns`` of a Parquet file (``read_parquet``'s kinds), read by the bounded
-    Parquet reader in tasks of row groups: integers as longs, text as strings."""
+def read_parquet_ids(spark: SparkSession, path: Path, names: list[str],
+                     where: str | None = None) -> DataFrame:
+    """The id columns ``names`` of a Parquet file (integers as longs, text as strings), read
+    by the bounded Parquet reader in tasks of row groups."""
     where = where or str(path)
+    columns = dict.fromkeys(names, IDS)
     types, groups = parquet_groups(path, columns, where)
     pieces = _row_groups(0, str(path), groups)
     arrow = pa.schema([(name, pa.int64() if pa.types.is_integer(types.field(name).type)
                         else pa.string()) for name in columns])
-    schema = T.StructType([T.StructField(name, T.LongType() if kind == pa.int64()
-                                         else T.StringType()) for name, kind in
-                           zip(arrow.names, arrow.types, strict=True)])
     split = _split_size(sum(p.size for p in pieces), spark.sparkContext.defaultParallelism)
     return _task_frame(spark, _tasks(pieces, split)).mapInArrow(
         partial(read_parquet_pieces, pieces=pieces, columns=columns, where=where,
-                schema=arrow), schema)
+                schema=arrow), from_arrow_schema(arrow))
 
 
 def _task_frame(spark: SparkSession, tasks: list[list[int]]) -> DataFrame:

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from vaecf.data.spark.frames import arrow_type, id_keys, pair_key, sorted_batches, with_rank
-from vaecf.data.spark.raw import read_parquet_file
+from vaecf.data.spark.raw import read_parquet_ids
 from vaecf.data.split import SplitConfig, heldout_counts, user_offsets, write_split_manifest
 from vaecf.data.splits import (
     ROW_GROUPS,
@@ -34,7 +34,6 @@ from vaecf.data.splits import (
     save_parquet_batches,
     write_part,
 )
-from vaecf.io.readers import IDS
 
 _TRAIN, _VAL, _TEST = (SPLITS.index(s) for s in SPLITS)
 
@@ -42,7 +41,7 @@ _TRAIN, _VAL, _TEST = (SPLITS.index(s) for s in SPLITS)
 def read_interactions(spark: SparkSession, path: Path) -> DataFrame:
     """``interactions.parquet``'s (user_id, item_id), read as pandas reads it (the bounded
     Parquet reader, in tasks of row groups; the path is a name, never a pattern)."""
-    return read_parquet_file(spark, path, {"user_id": IDS, "item_id": IDS})
+    return read_parquet_ids(spark, path, ["user_id", "item_id"])
 
 
 def _assign_users(pairs: DataFrame, config: SplitConfig) -> tuple[DataFrame, int]:
