@@ -119,6 +119,82 @@ def test_bad_ratings_file(cli, tmp_path: Path, case: tuple[str, ...]) -> None:  
     assert_failed(result, tmp_path / "out", "ml-25m.zip:ml-25m/ratings.csv", *expected)
 
 
+def _parquet_bytes(columns: dict[str, list[object]]) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(pa.table(columns), buffer, row_group_size=2)
+    return buffer.getvalue()
+
+
+PINS = b"0\t9\t1\n"  # a good pinterest-20.test.rating
+TABLE = ("--user-column", "user", "--item-column", "item")
+BAD_FILES = [  # (case, dataset, files, download flags, expected): the other layouts' faults
+    ("netflix rating out of range", "netflix",
+     {"combined_data_1.txt": b"1:\n5,3,2005-01-01\n2:\n5,6,2005-01-01\n"}, (),
+     "combined_data_1.txt: line 4: column 'rating': '6' is not in 1..5"),
+    ("netflix first line not a movie", "netflix",
+     {"combined_data_1.txt": b"5,3,2005-01-01\n1:\n6,9,2005-01-01\n"}, (),
+     "combined_data_1.txt: line 1: expected a 'MovieID:' line"),
+    ("netflix empty line", "netflix",
+     {"combined_data_1.txt": b"1:\n5,3,2005-01-01\n\n6,3,2005-01-01\n"}, (),
+     "combined_data_1.txt: line 3: expected 3 fields (customer_id, rating, date), got 1"),
+    ("netflix movies only", "netflix", {"combined_data_2.txt": b"1:\n2:\n"}, (),
+     "combined_data_2.txt: no data rows (header only?)"),
+    ("netflix second file", "netflix",
+     {"combined_data_1.txt": b"1:\n5,3,2005-01-01\n",
+      "combined_data_2.txt": b"2:\n5,3,2005-01-01\n3:\nx,3,2005-01-01\n"}, (),
+     "combined_data_2.txt: line 4: column 'customer_id': 'x' is not an integer"),
+    ("lastfm negative plays", "lastfm",
+     {"usersha1-artmbid-artname-plays.tsv": b"u1\tm\tA\t1\nu1\tn\tB\t-4\n"}, (),
+     "usersha1-artmbid-artname-plays.tsv: line 2: column 'plays': '-4' is not a play count"),
+    ("lastfm user not UTF-8", "lastfm",
+     {"usersha1-artmbid-artname-plays.tsv": b"u1\tm\tA\t1\nu\xff2\tm\tA\t1\n"}, (),
+     "usersha1-artmbid-artname-plays.tsv: line 2: bytes are not UTF-8"),
+    ("pinterest item not an integer", "pinterest",
+     {"pinterest-20.train.rating": b"0\t1\t1\n0\tx\t1\n", "pinterest-20.test.rating": PINS},
+     (), "pinterest-20.train.rating: line 2: column 'item': 'x' is not an integer"),
+    ("pinterest 5 fields", "pinterest",
+     {"pinterest-20.train.rating": b"0\t1\t1\t5\t6\n", "pinterest-20.test.rating": PINS},
+     (), "pinterest-20.train.rating: line 1: expected 3 or 4 tab-separated fields"),
+    ("table csv quoted id", "table", {"a.csv": b'user,item\nu,i\n"007",j\n'}, TABLE,
+     "a.csv: line 3: column 'user': '\"007\"' holds a quote"),
+    ("table csv rating not a number", "table",
+     {"a.csv": b"user,item,stars\nu,i,4\nu,j,x\n"}, (*TABLE, "--value-column", "stars",
+                                                     "--value-kind", "rating"),
+     "a.csv: line 3: column 'stars': 'x' is not a number"),
+    ("table parquet first fault", "table",  # row 4 holds an empty id, row 5 a null: nulls first
+     {"a.parquet": _parquet_bytes({"user": ["u", "v", "w", "", None], "item": list("ijklm"),
+                                   "n": [1.0, 2.5, 3.0, 4.0, 5.0]})},
+     (*TABLE, "--value-column", "n", "--value-kind", "plays"),
+     "a.parquet: row 5: column 'user': empty (null)"),
+    ("table parquet fractional plays", "table",
+     {"a.parquet": _parquet_bytes({"user": ["u", "v", "w"], "item": [1, 2, 3],
+                                   "n": [1.0, 2.0, 2.5]})},
+     (*TABLE, "--value-column", "n", "--value-kind", "plays"),
+     "a.parquet: row 3: column 'n': 2.5 is not a play count (an integer >= 0)"),
+]
+
+
+def download_files(cli, tmp_path: Path, dataset: str,  # type: ignore[no-untyped-def]
+                   files: dict[str, bytes], *flags: str) -> Path:
+    """Publish ``files`` (a folder) as ``dataset`` with the real download stage."""
+    source = tmp_path / "source"
+    source.mkdir(parents=True)
+    for name, data in files.items():
+        (source / name).write_bytes(data)
+    code, _, err = cli("download", "--dataset", dataset, "--source", source, *flags,
+                       "--output", tmp_path / "raw")
+    assert code == 0, err
+    return tmp_path / "raw"
+
+
+@pytest.mark.parametrize("case", BAD_FILES, ids=[case[0] for case in BAD_FILES])
+def test_bad_data_file(cli, tmp_path: Path, case: tuple) -> None:  # type: ignore[no-untyped-def]
+    _, dataset, files, flags, expected = case
+    raw = download_files(cli, tmp_path, dataset, files, *flags)
+    assert_failed(cli("preprocess", "--input", raw, "--output", tmp_path / "out"),
+                  tmp_path / "out", expected)
+
+
 @pytest.mark.parametrize("damage", ["truncated", "corrupt"])
 def test_damaged_archive(cli, tmp_path: Path, damage: str) -> None:  # type: ignore[no-untyped-def]
     data = _zip({"ml-25m/ratings.csv": HEADER + b"".join(

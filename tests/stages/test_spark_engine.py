@@ -9,17 +9,20 @@ import io
 import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 from functools import partial
 from pathlib import Path
 
+import boto3
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 import stage_checks
-from test_preprocess_stage import BAD_CSV, HEADER, download
+from test_preprocess_stage import BAD_CSV, BAD_FILES, HEADER, download, download_files
 from test_split_stage import interactions
 
 from vaecf.data.split import SplitConfig, heldout_counts
@@ -56,7 +59,8 @@ def _zip(name: str, data: bytes) -> bytes:
     return buffer.getvalue()
 
 
-def _both(cli, raw: Path, out: Path, *flags: object) -> list[dict]:  # type: ignore[no-untyped-def]
+def _both(cli, raw: Path | str, out: Path, *flags: object,  # type: ignore[no-untyped-def]
+          ids: str = "int64") -> list[dict]:
     """Run ``vaecf preprocess`` with each engine; their interactions must be equal."""
     manifests = []
     for engine in ("pandas", "spark"):
@@ -65,8 +69,8 @@ def _both(cli, raw: Path, out: Path, *flags: object) -> list[dict]:  # type: ign
         assert code == 0, err
         manifests.append(read_manifest(out / engine, "preprocess"))
     tables = [pq.read_table(out / e / "interactions.parquet") for e in ("pandas", "spark")]
-    assert tables[0].schema.field("user_id").type == "int64"
-    assert tables[0].equals(tables[1])
+    assert tables[0].schema.types == [ids, ids]
+    assert tables[0].num_rows > 0 and tables[0].equals(tables[1])
     assert [m["engine"] for m in manifests] == ["pandas", "spark"]
     assert manifests[0]["counts"] == manifests[1]["counts"]
     return manifests
@@ -118,12 +122,124 @@ def test_spark_names_the_bad_line_as_pandas_does(cli, tmp_path: Path,  # type: i
     stage_checks.assert_failed("preprocess", result, tmp_path / "out", *map(str, expected))
 
 
-def test_spark_refuses_a_dataset_it_cannot_read(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    lastfm = b"".join(b"u%d\tm%d\tA\t%d\n" % (u, i, u) for u in range(8) for i in range(5))
-    raw = download(cli, tmp_path, "usersha1-artmbid-artname-plays.tsv", lastfm, "lastfm")
-    result = cli("preprocess", "--input", raw, "--output", tmp_path / "out", "--engine", "spark")
-    stage_checks.assert_failed("preprocess", result, tmp_path / "out",
-                               "--engine spark reads the MovieLens layouts")
+def test_spark_names_the_bad_line_of_every_layout_as_pandas_does(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The pandas engine's cases (test_preprocess_stage.py's BAD_FILES), one run each."""
+    for number, (case, dataset, files, flags, expected) in enumerate(BAD_FILES):
+        raw = download_files(cli, tmp_path / str(number), dataset, files, *flags)
+        result = cli("preprocess", "--input", raw, "--output", tmp_path / "out",
+                     "--engine", "spark")
+        assert result[0] == 1 and expected in result[2], (case, result[2])
+        stage_checks.assert_failed("preprocess", result, tmp_path / "out", expected)
+
+
+def _netflix(seed: int) -> bytes:
+    """A combined file: 30 movies of 0..20 ratings by 40 customers, CRLF line ends, a
+    byte-order mark, movies in no order and a movie with no rating (two movie lines)."""
+    rng = np.random.default_rng(seed)
+    blocks = [b"%d:\r\n" % movie + b"".join(
+        b"%d,%d,2005-09-%02d\r\n" % (customer * 7, rng.integers(1, 6), day)
+        for day, customer in enumerate(rng.choice(np.arange(1, 41), rng.integers(0, 21),
+                                                  replace=False), start=1))
+        for movie in rng.permutation(np.arange(1, 31) + 100 * seed)]
+    return b"\xef\xbb\xbf" + b"".join(blocks)
+
+
+def test_engines_read_netflix_the_same(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # The download directory's name is a glob pattern to Hadoop; Spark reads it as it is.
+    raw = download_files(cli, tmp_path / "a[0]*{b,c}?", "netflix",
+                         {"combined_data_1.txt": _netflix(1), "combined_data_2.txt": _netflix(2)})
+    manifests = _both(cli, raw, tmp_path, "--min-rating", "3")
+    assert manifests[1]["files_read"] == ["combined_data_1.txt", "combined_data_2.txt"]
+    assert manifests[1]["counts"]["output"]["items"] > 30  # movies of both files
+
+
+def test_engines_read_lastfm_the_same(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Text ids (users "007" and "7" are two), names with quotes, commas, tabs' neighbours and
+    bytes that are not UTF-8 (never parsed), rows without an artist id (left out, counted)."""
+    rng = np.random.default_rng(4)
+    users = [b"007", b"7", *(b"%040x" % int(u) for u in rng.integers(1, 2**60, 40))]
+    names = [b'"Quoted" Band', b"AC,DC", b"caf\xc3\xa9", b"\xff\xfe odd", b"'", b""]
+    rows = [b"\t".join([user, b"" if artist % 11 == 0 else b"mbid-%d" % artist,
+                        names[artist % len(names)], b"%d" % rng.integers(0, 40)])
+            for user in users for artist in rng.choice(60, rng.integers(5, 25), replace=False)]
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        data = b"\n".join(rows) + b"\n"
+        info = tarfile.TarInfo("lastfm-dataset-360K/usersha1-artmbid-artname-plays.tsv")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    raw = download_files(cli, tmp_path, "lastfm", {"lastfm-dataset-360K.tar.gz":
+                                                   buffer.getvalue()})
+    counts = _both(cli, raw, tmp_path, "--min-plays", "2", ids="string")[1]["counts"]
+    assert counts["rows_without_artist_mbid"] > 0
+    users = pq.read_table(tmp_path / "spark" / "interactions.parquet")["user_id"].to_pylist()
+    assert {"007", "7"} <= set(users)
+
+
+def test_engines_read_pinterest_the_same(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(6)
+    train = [(u, i) for u in range(50) for i in rng.choice(80, rng.integers(3, 20), replace=False)]
+    raw = download_files(cli, tmp_path, "pinterest", {
+        "pinterest-20.train.rating": b"".join(b"%d\t%d\t1\t%d\n" % (u, i, 9 * u)
+                                              for u, i in train),
+        "pinterest-20.test.rating": b"".join(b"%d\t%d\t1\n" % (u, 80 + u % 3)
+                                             for u in range(50))})
+    assert _both(cli, raw, tmp_path, "--protocol", "paper")[1]["layout"] == (
+        "pinterest-20.{train,test}.rating")
+
+
+def _plays(seed: int, first: int) -> dict[str, list[object]]:
+    rng = np.random.default_rng(seed)
+    rows = [(u, f"i{i:02d}", float(rng.integers(0, 4))) for u in range(first, first + 30)
+            for i in rng.choice(40, rng.integers(3, 15), replace=False)]
+    return {"user": [u for u, _, _ in rows], "item": [i for _, i, _ in rows],
+            "n": [n for _, _, n in rows]}
+
+
+def _table_folder(root: Path) -> Path:
+    """Parquet files (several row groups each) whose names are glob patterns to Hadoop,
+    in a folder and a subfolder, with Spark's _SUCCESS and .crc files: integer user ids in
+    one file ("7"), text ids in another ("007" is another user, "7" the same)."""
+    logs = root / "logs"
+    (logs / "2024").mkdir(parents=True)
+    pq.write_table(pa.table(_plays(1, 0)), logs / "part-[0]*.parquet", row_group_size=40)
+    text = _plays(2, 5)
+    text["user"] = [f"{u:03d}" if u % 2 else str(u) for u in text["user"]]
+    pq.write_table(pa.table(text), logs / "2024" / "{a,b}?.parquet", row_group_size=33)
+    (logs / "_SUCCESS").write_bytes(b"")
+    (logs / ".part-[0]*.parquet.crc").write_bytes(b"crc")
+    return logs
+
+
+PLAYS = ("--user-column", "user", "--item-column", "item", "--value-column", "n",
+         "--value-kind", "plays")
+
+
+@pytest.mark.parametrize("where", ["parquet-folder", "csv-file", "s3-prefix"])
+def test_engines_read_a_table_the_same(cli, tmp_path: Path, where: str,  # type: ignore[no-untyped-def]
+                                       request: pytest.FixtureRequest) -> None:
+    source: Path | str = _table_folder(tmp_path)
+    raw: Path | str = tmp_path / "raw"
+    if where == "csv-file":
+        frame = pa.table(_plays(3, 0)).to_pandas().astype({"n": int})
+        source = tmp_path / "plays [x]*.csv"
+        frame[["n", "item", "user"]].to_csv(source, index=False)
+    elif where == "s3-prefix":
+        bucket = request.getfixturevalue("s3_bucket")
+        s3 = boto3.client("s3")
+        for path in sorted(p for p in Path(source).rglob("*") if p.is_file()):
+            s3.put_object(Bucket=bucket, Key=f"events/{path.relative_to(source).as_posix()}",
+                          Body=path.read_bytes())
+        source, raw = f"s3://{bucket}/events/", f"s3://{bucket}/raw"
+    code, _, err = cli("download", "--dataset", "table", "--source", source, *PLAYS,
+                       "--output", raw)
+    assert code == 0, err
+    manifests = _both(cli, raw, tmp_path, "--min-plays", "2", ids="string")
+    assert manifests[1]["layout"] == ("csv" if where == "csv-file" else "parquet")
+    if where != "csv-file":
+        users = set(pq.read_table(tmp_path / "spark" / "interactions.parquet")["user_id"]
+                    .to_pylist())
+        assert {"7", "007", "8"} <= users
 
 
 # ---- the split: the rule written out longhand, and Spark's files against it ----
@@ -195,7 +311,7 @@ def _pairs(text_ids: bool) -> pd.DataFrame:
 def test_spark_split_follows_the_rule(cli, tmp_path: Path, text_ids: bool,  # type: ignore[no-untyped-def]
                                       flags: tuple[object, ...], config: SplitConfig) -> None:
     frame = _pairs(text_ids)
-    source = interactions(tmp_path / "in", frame)
+    source = interactions(tmp_path / "in[1]*{a,b}?", frame)  # a name, never a glob pattern
     code, _, err = cli("split", "--input", source, "--output", tmp_path / "out", "--seed", 5,
                        "--engine", "spark", *flags)
     assert code == 0, err

@@ -160,16 +160,27 @@ def parquet_rows(path: Path, columns: Mapping[str, str], where: str | None = Non
     """The number of rows of a Parquet file whose ``columns`` ``read_parquet`` would accept,
     read from its footer alone (no data page is read): for a check before the data is read,
     or read by an engine of its own (Spark)."""
+    return sum(rows for rows, _ in parquet_groups(path, columns, where)[1])
+
+
+def parquet_groups(path: Path, columns: Mapping[str, str], where: str | None = None
+                   ) -> tuple[Any, list[tuple[int, int]]]:
+    """The Arrow schema of a Parquet file whose ``columns`` ``read_parquet`` would accept,
+    and (rows, compressed bytes) of each of its row groups, from its footer alone."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     where = where or str(path)
     try:
         metadata = pq.read_metadata(path)
-        _check_schema(metadata.schema.to_arrow_schema(), columns, where)
+        schema = metadata.schema.to_arrow_schema()
+        _check_schema(schema, columns, where)
+        groups = [metadata.row_group(g) for g in range(metadata.num_row_groups)]
+        return schema, [(int(group.num_rows), sum(group.column(c).total_compressed_size
+                                                  for c in range(group.num_columns)))
+                        for group in groups]
     except (OSError, ValueError, KeyError, pa.ArrowException) as err:
         raise VaecfError(f"{where}: not a readable Parquet file ({str(err)[:200]})") from None
-    return int(metadata.num_rows)
 
 
 def _check_schema(schema: Any, columns: Mapping[str, str], where: str) -> None:

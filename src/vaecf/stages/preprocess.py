@@ -90,7 +90,7 @@ def run(config: PreprocessConfig) -> None:
         table = recorded_columns(download, where) if dataset.reader == "table" else None
         with scratch(staging) as extracted:
             if config.engine == "spark":
-                files_read, counts = _spark(dataset, raw_dir, names, extracted,
+                files_read, counts = _spark(dataset, raw_dir, names, extracted, table,
                                             config.filters, staging / OUTPUT_FILE)
             else:
                 files_read, counts = _pandas(dataset, raw_dir, names, extracted, table,
@@ -122,14 +122,18 @@ def _pandas(dataset: Dataset, raw_dir: Path, names: list[str], extracted: Path,
 
 
 def _spark(dataset: Dataset, raw_dir: Path, names: list[str], extracted: Path,
-           filters: FilterConfig, output: Path) -> tuple[list[str], dict[str, Any]]:
+           table: TableColumns | None, filters: FilterConfig, output: Path
+           ) -> tuple[list[str], dict[str, Any]]:
     from vaecf.data.spark.session import spark_session
 
     with spark_session() as spark:
         from vaecf.data.spark import preprocess as engine
+        from vaecf.data.spark.raw import read_raw as read_frame
 
-        files = find_data_files(raw_dir, names, READERS[dataset.reader].match, extracted)
-        raw = engine.read_raw(spark, dataset.reader, files, names, str(raw_dir))
+        found = READERS[dataset.reader]
+        files = find_data_files(raw_dir, names, found.match, extracted, found.archives)
+        raw = read_frame(spark, dataset.reader, files, names, str(raw_dir), table)
+        log.info(f"{dataset.name}: parsed {len(files)} file(s) on Spark")
         pairs, counts = engine.preprocess(raw, filters)
         engine.write_interactions(output, pairs)
     return [f.label for f in files], counts

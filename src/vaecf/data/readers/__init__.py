@@ -20,10 +20,12 @@ import numpy as np
 import pandas as pd
 
 from vaecf import log
+from vaecf.data.readers import lastfm, netflix, pinterest
 from vaecf.data.readers.archive import DataFile, Match, find_data_files
 from vaecf.data.readers.interactions_table import (
     EXPECTED,
     TableColumns,
+    csv_layout,
     is_table_file,
     mixed_formats,
     read_table_file,
@@ -31,6 +33,7 @@ from vaecf.data.readers.interactions_table import (
 )
 from vaecf.data.readers.lastfm import is_lastfm_file, read_lastfm_file
 from vaecf.data.readers.movielens import (
+    file_layout,
     is_ratings_file,
     probe_ratings,
     ratings_layout,
@@ -42,11 +45,11 @@ from vaecf.data.readers.pinterest import (
     missing_pinterest_file,
     read_pinterest_file,
 )
-from vaecf.data.readers.table import RawInteractions
+from vaecf.data.readers.table import CsvLayout, RawInteractions
 from vaecf.errors import VaecfError
 
-__all__ = ["READERS", "RawInteractions", "Reader", "TableColumns", "check_data_files", "layout_of",
-           "read_raw"]
+__all__ = ["KINDS", "READERS", "RawInteractions", "Reader", "TableColumns", "check_data_files",
+           "layout_of", "read_raw", "text_layout"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,29 @@ READERS: dict[str, Reader] = {
                         "pinterest-20.{train,test}.rating"),
     "table": Reader(is_table_file, read_table_file, EXPECTED, archives=False),
 }
+
+
+# The value rule of each reader's data (``RawInteractions.kind``); a table's is its columns'.
+KINDS = {"movielens": "rating", "netflix": "rating", "lastfm": "plays", "pinterest": "implicit"}
+
+
+def text_layout(reader: str, file: DataFile, columns: TableColumns | None) -> CsvLayout | None:
+    """The layout a delimited data file is parsed with, after the checks its reader makes
+    before parsing (an empty file, a header, Pinterest's first line); None for Parquet."""
+    if reader == "table" and table_format(file.label) == "parquet":
+        return None
+    if file.path.stat().st_size == 0:
+        raise VaecfError(f"{file.label}: file is empty")
+    if reader == "table":
+        if columns is None:
+            raise VaecfError(f"{file.label}: the table's columns are unknown (download it "
+                             "again)")
+        return csv_layout(file, columns)
+    if reader == "movielens":
+        return file_layout(file)
+    if reader == "pinterest":
+        return pinterest.file_layout(file)
+    return netflix.LAYOUT if reader == "netflix" else lastfm.LAYOUT
 
 
 def check_data_files(reader: str, labels: list[str], names: list[str], where: str) -> None:

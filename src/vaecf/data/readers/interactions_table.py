@@ -31,15 +31,15 @@ from vaecf.data.readers.table import (
     TEXT_IDS,
     CsvLayout,
     RawInteractions,
+    Rows,
     equals_text,
     field_count,
     has_nulls,
     header_names,
     int_field,
-    locate_error,
-    read_checked,
+    raw_interactions,
     read_header_of,
-    sorted_categorical,
+    read_rows,
 )
 from vaecf.errors import VaecfError
 from vaecf.io.paths import inside
@@ -137,7 +137,7 @@ def probe_table(directory: Path, peeked: list[tuple[str, bytes]], columns: Table
             header_names(label, first, columns.names)
             if path.stat().st_size <= len(first):
                 raise VaecfError(f"{label}: no data rows (header only?)")
-        elif parquet_rows(path, _parquet_kinds(columns), label) == 0:
+        elif parquet_rows(path, parquet_kinds(columns), label) == 0:
             raise VaecfError(f"{label}: no data rows")
 
 
@@ -145,52 +145,62 @@ def read_table_file(file: DataFile, columns: TableColumns | None = None) -> RawI
     """Read one data file of a ``table`` dataset; errors name the file and line or row."""
     if columns is None:
         raise VaecfError(f"{file.label}: the table's columns are unknown (download it again)")
-    if table_format(file.label) == "parquet":
-        users, items, value = _read_parquet(file, columns)
-    else:
-        users, items, value = _read_csv(file, columns)
-    return RawInteractions(user_id=sorted_categorical(users), item_id=sorted_categorical(items),
-                           value=value, kind=columns.kind, files=(file.label,))
+    if table_format(file.label) == "csv":
+        return read_rows(file, csv_layout(file, columns), columns.kind)
+    table = read_parquet(file.path, parquet_kinds(columns), file.label)
+    if table.num_rows == 0:
+        raise VaecfError(f"{file.label}: no data rows")
+    problem = parquet_problem(table, columns)
+    if problem:
+        raise VaecfError(f"{file.label}: row {problem[1] + 1}: {problem[2]}")
+    return raw_interactions(parquet_block(table, columns), columns.kind, file.label)
 
 
-def _parquet_kinds(columns: TableColumns) -> dict[str, str]:
+def parquet_kinds(columns: TableColumns) -> dict[str, str]:
     return {columns.user: IDS, columns.item: IDS,
             **({columns.value: NUMBER} if columns.value else {})}
 
 
-def _read_parquet(file: DataFile, columns: TableColumns
-                  ) -> tuple[pa.DictionaryArray, pa.DictionaryArray, np.ndarray]:
-    table = read_parquet(file.path, _parquet_kinds(columns), file.label)
-    if table.num_rows == 0:
-        raise VaecfError(f"{file.label}: no data rows")
-    for name in columns.names:
-        _no_nulls(file.label, name, table.column(name))
-    ids = pa.table({name: pc.dictionary_encode(_as_text(table.column(name)))
-                    for name in (columns.user, columns.item)}).unify_dictionaries()
-    users, items = (ids.column(name).combine_chunks() for name in (columns.user, columns.item))
-    for name, encoded in ((columns.user, users), (columns.item, items)):
-        empty = np.flatnonzero(equals_text(encoded, ""))
+def parquet_problem(table: pa.Table, columns: TableColumns, first_row: int = 0
+                    ) -> tuple[int, int, str] | None:
+    """The first fault of Parquet rows (``first_row``: the file's row of the table's first),
+    as (check, row, what): nulls in any named column, then empty ids, then bad values. Of
+    the faults of a file's row groups, the lowest (check, row) is the whole file's first."""
+    for check, name in enumerate(columns.names):
+        values = table.column(name)
+        if values.null_count:
+            row = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
+            return check, first_row + row, f"column '{name}': empty (null)"
+    for check, name in enumerate((columns.user, columns.item), start=len(columns.names)):
+        empty = np.flatnonzero(np.asarray(pc.equal(_as_text(table.column(name)), "")
+                                          .to_numpy(zero_copy_only=False), dtype=bool))
         if len(empty):
-            raise VaecfError(f"{file.label}: row {empty[0] + 1}: column '{name}': empty")
+            return check, first_row + int(empty[0]), f"column '{name}': empty"
     if columns.value is None:
-        return users, items, np.ones(table.num_rows)
+        return None
     value = np.asarray(table.column(columns.value).to_numpy(), dtype=np.float64)
     bad = np.flatnonzero(~_valid_values(value, columns.kind))
     if len(bad):
-        raise VaecfError(f"{file.label}: row {bad[0] + 1}: column '{columns.value}': "
-                         f"{_value_problem(repr(float(value[bad[0]])), columns.kind)}")
-    return users, items, value
+        return (len(columns.names) + 2, first_row + int(bad[0]),
+                f"column '{columns.value}': "
+                f"{_value_problem(repr(float(value[bad[0]])), columns.kind)}")
+    return None
+
+
+def parquet_block(table: pa.Table, columns: TableColumns) -> Rows:
+    """The interactions of Parquet rows without a fault (``parquet_problem``): ids as text."""
+    ids = pa.table({name: pc.dictionary_encode(_as_text(table.column(name)))
+                    for name in (columns.user, columns.item)}).unify_dictionaries()
+    users, items = (ids.column(name).combine_chunks() for name in (columns.user, columns.item))
+    if columns.value is None:
+        return Rows(users, items, np.ones(table.num_rows))
+    return Rows(users, items, np.asarray(table.column(columns.value).to_numpy(),
+                                         dtype=np.float64))
 
 
 def _as_text(ids: pa.ChunkedArray) -> pa.ChunkedArray:
     """Integer ids as their decimal text, text as it is."""
     return pc.cast(ids, pa.string()) if pa.types.is_integer(ids.type) else ids
-
-
-def _no_nulls(label: str, name: str, values: pa.ChunkedArray) -> None:
-    if values.null_count:
-        row = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
-        raise VaecfError(f"{label}: row {row + 1}: column '{name}': empty (null)")
 
 
 def _valid_values(value: np.ndarray, kind: str) -> np.ndarray:
@@ -206,7 +216,9 @@ def _value_problem(shown: str, kind: str) -> str:
             f"{shown} is not a finite number")
 
 
-def _csv_layout(names: tuple[str, ...], columns: TableColumns) -> CsvLayout:
+def csv_layout(file: DataFile, columns: TableColumns) -> CsvLayout:
+    """The layout of a CSV data file, by its header (which must name the columns)."""
+    names = read_header_of(file, columns.names)
     where = {name: names.index(name) for name in columns.names}
 
     def check(fields: list[str]) -> str | None:
@@ -224,10 +236,21 @@ def _csv_layout(names: tuple[str, ...], columns: TableColumns) -> CsvLayout:
             return _value_field(columns.value, fields[where[columns.value]], columns.kind)
         return None
 
+    def rows(table: pa.Table) -> Rows | None:
+        table = table.unify_dictionaries()
+        users, items = (table[name].combine_chunks() for name in (columns.user, columns.item))
+        if has_nulls(table, list(columns.names)) or any(
+                equals_text(ids, "").any() or _holds_quote(ids) for ids in (users, items)):
+            return None
+        if columns.value is None:
+            return Rows(users, items, np.ones(table.num_rows))
+        value = np.asarray(table[columns.value].to_numpy(), dtype=np.float64)
+        return Rows(users, items, value) if _valid_values(value, columns.kind).all() else None
+
     value_type = {"plays": pa.int64(), "rating": pa.float64()}.get(columns.kind)
     types = {columns.user: TEXT_IDS, columns.item: TEXT_IDS,
              **({columns.value: value_type} if columns.value and value_type else {})}
-    return CsvLayout(names=names, types=types, check=check)
+    return CsvLayout(names=names, types=types, check=check, rows=rows)
 
 
 def _value_field(name: str, raw: str, kind: str) -> str | None:
@@ -240,22 +263,6 @@ def _value_field(name: str, raw: str, kind: str) -> str | None:
     except ValueError:
         return f"column '{name}': {raw[:40]!r} is not a number"
     return None if np.isfinite(value) else f"column '{name}': {_value_problem(repr(raw), kind)}"
-
-
-def _read_csv(file: DataFile, columns: TableColumns
-              ) -> tuple[pa.DictionaryArray, pa.DictionaryArray, np.ndarray]:
-    layout = _csv_layout(read_header_of(file, columns.names), columns)
-    table = read_checked(file, layout).unify_dictionaries()
-    users, items = (table[name].combine_chunks() for name in (columns.user, columns.item))
-    if has_nulls(table, list(columns.names)) or any(
-            equals_text(ids, "").any() or _holds_quote(ids) for ids in (users, items)):
-        raise locate_error(file, layout, "empty or quoted ids")
-    if columns.value is None:
-        return users, items, np.ones(table.num_rows)
-    value = np.asarray(table[columns.value].to_numpy(), dtype=np.float64)
-    if not _valid_values(value, columns.kind).all():
-        raise locate_error(file, layout, "bad values")
-    return users, items, value
 
 
 def _holds_quote(ids: pa.DictionaryArray) -> bool:

@@ -18,14 +18,13 @@ from vaecf.data.readers.table import (
     TEXT_IDS,
     CsvLayout,
     RawInteractions,
+    Rows,
     column,
     equals_text,
     field_count,
     has_nulls,
     int_field,
-    locate_error,
-    read_checked,
-    sorted_categorical,
+    read_rows,
 )
 
 NAMES = ("user_sha1", "artist_mbid", "artist_name", "plays")
@@ -45,23 +44,27 @@ def _check(fields: list[str]) -> str | None:
     return problem
 
 
-LAYOUT = CsvLayout(names=NAMES, check=_check, delimiter="\t", header=False,
-                   types={"user_sha1": TEXT_IDS, "artist_mbid": TEXT_IDS, "plays": pa.int64()})
+def _rows(table: pa.Table) -> Rows | None:
+    """Play counts >= 0 of non-empty users; rows without an artist id left out."""
+    table = table.unify_dictionaries()
+    users = table["user_sha1"].combine_chunks()
+    items = table["artist_mbid"].combine_chunks()
+    if has_nulls(table, ["plays"]) or equals_text(users, "").any():
+        return None
+    plays = column(table, "plays", np.float64)
+    if (plays < 0).any():
+        return None
+    with_item = ~equals_text(items, "")
+    keep = pa.array(with_item)
+    return Rows(users.filter(keep), items.filter(keep), plays[with_item],
+                dropped=int(len(plays) - with_item.sum()))
+
+
+LAYOUT = CsvLayout(names=NAMES, check=_check, rows=_rows, delimiter="\t", header=False,
+                   types={"user_sha1": TEXT_IDS, "artist_mbid": TEXT_IDS, "plays": pa.int64()},
+                   dropped="rows_without_artist_mbid")
 
 
 def read_lastfm_file(file: DataFile) -> RawInteractions:
     """Read the play counts; ``value`` is the play count (implicit rule: plays >= N)."""
-    table = read_checked(file, LAYOUT).unify_dictionaries()
-    users = table["user_sha1"].combine_chunks()
-    items = table["artist_mbid"].combine_chunks()
-    if has_nulls(table, ["plays"]) or equals_text(users, "").any():
-        raise locate_error(file, LAYOUT, "empty values")
-    plays = column(table, "plays", np.float64)
-    if (plays < 0).any():
-        raise locate_error(file, LAYOUT, "negative play counts")
-    with_item = ~equals_text(items, "")
-    return RawInteractions(
-        user_id=sorted_categorical(users)[with_item],
-        item_id=sorted_categorical(items)[with_item],
-        value=plays[with_item], kind="plays", files=(file.label,),
-        counts={"rows_without_artist_mbid": int(len(plays) - with_item.sum())})
+    return read_rows(file, LAYOUT, "plays")

@@ -21,15 +21,15 @@ from vaecf.data.readers.archive import DataFile, member_path
 from vaecf.data.readers.table import (
     CsvLayout,
     RawInteractions,
+    Rows,
     column,
     field_count,
     has_nulls,
     header_names,
     int_field,
-    locate_error,
     number_field,
-    read_checked,
     read_header_of,
+    read_rows,
 )
 from vaecf.errors import VaecfError
 
@@ -60,6 +60,16 @@ def parse_header(label: str, first: bytes) -> tuple[str, ...]:
     return header_names(label, first, REQUIRED)
 
 
+def _rows(table: pa.Table) -> Rows | None:
+    """Ratings in 0.5..5.0, no empty value."""
+    if has_nulls(table, list(REQUIRED)):
+        return None
+    rating = column(table, "rating", np.float64)
+    if not ((rating >= MIN_RATING) & (rating <= MAX_RATING)).all():
+        return None
+    return Rows(column(table, "userId", np.int64), column(table, "movieId", np.int64), rating)
+
+
 def _csv_layout(names: tuple[str, ...]) -> CsvLayout:
     where = {name: names.index(name) for name in REQUIRED}
 
@@ -69,7 +79,7 @@ def _csv_layout(names: tuple[str, ...]) -> CsvLayout:
                 or int_field("movieId", fields[where["movieId"]])
                 or number_field("rating", fields[where["rating"]], MIN_RATING, MAX_RATING))
 
-    return CsvLayout(names=names, types=_TYPES, check=check)
+    return CsvLayout(names=names, types=_TYPES, check=check, rows=_rows)
 
 
 def _check_fixed(fields: list[str]) -> str | None:
@@ -83,8 +93,8 @@ def _check_fixed(fields: list[str]) -> str | None:
 # pyarrow's delimiter is one character: "a::b" is read as "a", "", "b" (see CsvLayout).
 _DAT = CsvLayout(names=("userId", "_1", "movieId", "_2", "rating", "_3", "timestamp"),
                  types={**_TYPES, "_1": pa.null(), "_2": pa.null(), "_3": pa.null()},
-                 check=_check_fixed, delimiter=":", separator="::", header=False)
-_U_DATA = CsvLayout(names=NAMES, types=_TYPES, check=_check_fixed, delimiter="\t",
+                 check=_check_fixed, rows=_rows, delimiter=":", separator="::", header=False)
+_U_DATA = CsvLayout(names=NAMES, types=_TYPES, check=_check_fixed, rows=_rows, delimiter="\t",
                     header=False)
 
 
@@ -118,13 +128,4 @@ def file_layout(file: DataFile) -> CsvLayout:
 
 def read_ratings(file: DataFile) -> RawInteractions:
     """Read one MovieLens ratings file in the layout its name says (errors name the line)."""
-    layout = file_layout(file)
-    table = read_checked(file, layout)
-    if has_nulls(table, list(REQUIRED)):
-        raise locate_error(file, layout, "empty values")
-    rating = column(table, "rating", np.float64)
-    if not ((rating >= MIN_RATING) & (rating <= MAX_RATING)).all():
-        raise locate_error(file, layout, f"ratings outside {MIN_RATING}..{MAX_RATING}")
-    return RawInteractions(user_id=column(table, "userId", np.int64),
-                           item_id=column(table, "movieId", np.int64),
-                           value=rating, kind="rating", files=(file.label,))
+    return read_rows(file, file_layout(file), "rating")

@@ -19,19 +19,21 @@ from vaecf.data.readers.archive import DataFile
 from vaecf.data.readers.table import (
     CsvLayout,
     RawInteractions,
+    Rows,
+    checked_rows,
     column,
     field_count,
     has_nulls,
     int_field,
-    locate_error,
     number_field,
+    raw_interactions,
     read_checked,
 )
 from vaecf.errors import VaecfError
 
 NAMES = ("customer_id", "rating", "date")
 _DATA_FILE = re.compile(r"(mv_\d+|combined_data_\d+)\.txt")
-_MOVIE_LINE = re.compile(r"(\d+):")
+MOVIE_LINE = re.compile(r"(\d+):")
 
 
 def is_netflix_file(path: str) -> bool:
@@ -39,14 +41,29 @@ def is_netflix_file(path: str) -> bool:
 
 
 def _check(fields: list[str]) -> str | None:
-    if len(fields) == 1 and _MOVIE_LINE.fullmatch(fields[0]):
+    if len(fields) == 1 and MOVIE_LINE.fullmatch(fields[0]):
         return None
     return (field_count(fields, NAMES) or int_field("customer_id", fields[0])
             or int_field("rating", fields[1]) or number_field("rating", fields[1], 1, 5))
 
 
+def _rows(table: pa.Table) -> Rows | None:
+    """Customers' ratings in 1..5; the movie is the caller's."""
+    if has_nulls(table, ["customer_id", "rating"]):
+        return None
+    rating = column(table, "rating", np.float64)
+    if not ((rating >= 1) & (rating <= 5)).all():
+        return None
+    return Rows(column(table, "customer_id", np.int64), None, rating)
+
+
 LAYOUT = CsvLayout(names=NAMES, types={"customer_id": pa.int64(), "rating": pa.int64()},
-                   check=_check, header=False, skip_empty_lines=False)
+                   check=_check, rows=_rows, header=False, skip_empty_lines=False)
+
+
+def no_movie_line(file: DataFile) -> VaecfError:
+    """A file whose first line is a rating, not the movie it belongs to."""
+    return VaecfError(f"{file.label}: line 1: expected a 'MovieID:' line")
 
 
 def read_netflix_file(file: DataFile) -> RawInteractions:
@@ -54,7 +71,7 @@ def read_netflix_file(file: DataFile) -> RawInteractions:
     movies: list[tuple[int, int]] = []  # (line number, movie id) of each ``MovieID:`` line
 
     def on_invalid_row(row: Any) -> str:
-        found = _MOVIE_LINE.fullmatch(row.text)
+        found = MOVIE_LINE.fullmatch(row.text)
         if found is None or row.number is None:
             return "error"
         movies.append((int(row.number), int(found.group(1))))
@@ -62,16 +79,11 @@ def read_netflix_file(file: DataFile) -> RawInteractions:
 
     table = read_checked(file, LAYOUT, use_threads=False, invalid_row_handler=on_invalid_row)
     if not movies or movies[0][0] != 1:
-        raise VaecfError(f"{file.label}: line 1: expected a 'MovieID:' line")
-    if has_nulls(table, ["customer_id", "rating"]):
-        raise locate_error(file, LAYOUT, "empty values")
-    rating = column(table, "rating", np.float64)
-    if not ((rating >= 1) & (rating <= 5)).all():
-        raise locate_error(file, LAYOUT, "ratings outside 1..5")
+        raise no_movie_line(file)
+    rows = checked_rows(file, LAYOUT, table)
     lines = np.array([line for line, _ in movies], dtype=np.int64)
     lengths = np.empty(len(lines), dtype=np.int64)
     lengths[:-1] = np.diff(lines) - 1
     lengths[-1] = table.num_rows - lengths[:-1].sum()
     movie_ids = np.repeat(np.array([movie for _, movie in movies], dtype=np.int64), lengths)
-    return RawInteractions(user_id=column(table, "customer_id", np.int64), item_id=movie_ids,
-                           value=rating, kind="rating", files=(file.label,))
+    return raw_interactions(Rows(rows.user_id, movie_ids, rows.value), "rating", file.label)

@@ -17,12 +17,12 @@ from vaecf.data.readers.archive import DataFile, member_path
 from vaecf.data.readers.table import (
     CsvLayout,
     RawInteractions,
+    Rows,
     column,
     field_count,
     has_nulls,
     int_field,
-    locate_error,
-    read_checked,
+    read_rows,
 )
 from vaecf.errors import VaecfError
 
@@ -53,7 +53,15 @@ def missing_pinterest_file(labels: list[str]) -> str | None:
     return None
 
 
-def _layout(file: DataFile) -> CsvLayout:
+def _rows(table: pa.Table) -> Rows | None:
+    """Every row is a positive; no empty id."""
+    if has_nulls(table, ["user", "item"]):
+        return None
+    return Rows(column(table, "user", np.int64), column(table, "item", np.int64),
+                np.ones(table.num_rows))
+
+
+def file_layout(file: DataFile) -> CsvLayout:
     """3 or 4 columns, as the file's first line says."""
     with open(file.path, "rb") as handle:
         first = handle.readline()
@@ -70,14 +78,8 @@ def _layout(file: DataFile) -> CsvLayout:
             "item", fields[1])
 
     return CsvLayout(names=names, types={"user": pa.int64(), "item": pa.int64()},
-                     check=check, delimiter="\t", header=False)
+                     check=check, rows=_rows, delimiter="\t", header=False)
 
 
 def read_pinterest_file(file: DataFile) -> RawInteractions:
-    layout = _layout(file)
-    table = read_checked(file, layout)
-    if has_nulls(table, ["user", "item"]):
-        raise locate_error(file, layout, "empty values")
-    return RawInteractions(user_id=column(table, "user", np.int64),
-                           item_id=column(table, "item", np.int64),
-                           value=np.ones(table.num_rows), kind="implicit", files=(file.label,))
+    return read_rows(file, file_layout(file), "implicit")

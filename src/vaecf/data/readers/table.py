@@ -22,6 +22,7 @@ from vaecf.data.readers.archive import DataFile
 from vaecf.errors import VaecfError
 
 LineCheck = Callable[[list[str]], str | None]
+RowsOf = Callable[[pa.Table], "Rows | None"]
 # pyarrow parses in blocks and fails on a line longer than about two of them ("straddling
 # object"); locate_error calls any line longer than one block an error, naming it.
 _BLOCK_SIZE = 16 << 20
@@ -51,6 +52,23 @@ class RawInteractions:
 
 
 @dataclass(frozen=True)
+class Rows:
+    """The interactions of one parsed table (a file, or a block of one), values checked.
+
+    Attributes:
+      user_id, item_id: int64 ids as numpy, or text ids dictionary-encoded (one string per
+        distinct id); ``item_id`` None where the caller knows it (Netflix' movie).
+      value: (n,) float64.
+      dropped: rows left out and counted (Last.fm's rows without an artist id).
+    """
+
+    user_id: np.ndarray | pa.DictionaryArray
+    item_id: np.ndarray | pa.DictionaryArray | None
+    value: np.ndarray
+    dropped: int = 0
+
+
+@dataclass(frozen=True)
 class CsvLayout:
     """How a file is laid out and what makes a line valid.
 
@@ -63,20 +81,40 @@ class CsvLayout:
       separator: the separator ``check`` sees lines split by (``::``); default ``delimiter``.
       header: the first line is a header and is skipped.
       check: returns what is wrong with a line's fields (naming the column), or None.
+      rows: the checked interactions of a parsed table, or None if a value is bad (the
+        line pass then names the line, as ``check`` describes it).
       skip_empty_lines: blank lines are ignored (Netflix' reader needs exact line numbers).
+      dropped: the count (in the manifest) of the rows ``rows`` leaves out, if it may.
     """
 
     names: tuple[str, ...]
     types: dict[str, pa.DataType]
     check: LineCheck
+    rows: RowsOf
     delimiter: str = ","
     header: bool = True
     skip_empty_lines: bool = True
     separator: str = ""
+    dropped: str = ""
 
     def split(self, line: str) -> list[str]:
         """A line's fields, as ``check`` takes them."""
         return line.split(self.separator or self.delimiter)
+
+
+def csv_options(layout: CsvLayout, skip_header: bool, use_threads: bool = True,
+                invalid_row_handler: Callable[[Any], str] | None = None) -> dict[str, Any]:
+    """``pyarrow.csv.read_csv``'s options for ``layout``: every engine parses with these."""
+    return {"read_options": pacsv.ReadOptions(column_names=list(layout.names),
+                                              skip_rows=int(skip_header),
+                                              use_threads=use_threads, block_size=_BLOCK_SIZE),
+            "parse_options": pacsv.ParseOptions(delimiter=layout.delimiter, quote_char=False,
+                                                ignore_empty_lines=layout.skip_empty_lines,
+                                                invalid_row_handler=invalid_row_handler),
+            # Only an empty field is null: "NA" or "null" in an id column is an error, not a gap.
+            "convert_options": pacsv.ConvertOptions(column_types=layout.types,
+                                                    include_columns=list(layout.types),
+                                                    strings_can_be_null=False, null_values=[""])}
 
 
 def read_checked(file: DataFile, layout: CsvLayout, use_threads: bool = True,
@@ -84,22 +122,40 @@ def read_checked(file: DataFile, layout: CsvLayout, use_threads: bool = True,
     """Parse ``file`` into a table of ``layout.types`` columns; VaecfError names a bad line."""
     if file.path.stat().st_size == 0:
         raise VaecfError(f"{file.label}: file is empty")
-    options = pacsv.ReadOptions(column_names=list(layout.names), skip_rows=int(layout.header),
-                                use_threads=use_threads, block_size=_BLOCK_SIZE)
-    parse = pacsv.ParseOptions(delimiter=layout.delimiter, quote_char=False,
-                               ignore_empty_lines=layout.skip_empty_lines,
-                               invalid_row_handler=invalid_row_handler)
-    # Only an empty field is null: "NA" or "null" in an id column is an error, not a gap.
-    convert = pacsv.ConvertOptions(column_types=layout.types, include_columns=list(layout.types),
-                                   strings_can_be_null=False, null_values=[""])
     try:
-        table = pacsv.read_csv(file.path, read_options=options, parse_options=parse,
-                               convert_options=convert)
+        table = pacsv.read_csv(file.path, **csv_options(layout, layout.header, use_threads,
+                                                        invalid_row_handler))
     except pa.ArrowInvalid as err:
         raise locate_error(file, layout, str(err)) from None
     if table.num_rows == 0:
         raise VaecfError(f"{file.label}: no data rows (header only?)")
     return table
+
+
+def checked_rows(file: DataFile, layout: CsvLayout, table: pa.Table) -> Rows:
+    """``layout.rows`` of ``file``'s table; a bad value is named by the line pass."""
+    rows = layout.rows(table)
+    if rows is None:
+        raise locate_error(file, layout, "bad values")
+    return rows
+
+
+def read_rows(file: DataFile, layout: CsvLayout, kind: str) -> RawInteractions:
+    """A whole delimited file read with ``layout``: its checked interactions."""
+    rows = checked_rows(file, layout, read_checked(file, layout))
+    return raw_interactions(rows, kind, file.label,
+                            {layout.dropped: rows.dropped} if layout.dropped else {})
+
+
+def raw_interactions(rows: Rows, kind: str, label: str,
+                     counts: dict[str, int] | None = None) -> RawInteractions:
+    """``rows`` of one file as ``RawInteractions`` (text ids as sorted Categoricals)."""
+    def ids(values: np.ndarray | pa.DictionaryArray | None) -> np.ndarray | pd.Categorical:
+        assert values is not None
+        return sorted_categorical(values) if isinstance(values, pa.DictionaryArray) else values
+
+    return RawInteractions(user_id=ids(rows.user_id), item_id=ids(rows.item_id),
+                           value=rows.value, kind=kind, files=(label,), counts=counts or {})
 
 
 def read_header_of(file: DataFile, required: tuple[str, ...]) -> tuple[str, ...]:

@@ -96,3 +96,11 @@ def step_counts(frame: DataFrame, user: str = "user_id", item: str = "item_id"
                     F.count_distinct(item).alias("items")).first()
     assert row is not None  # an aggregate without grouping has one row
     return {"rows": int(row["rows"]), "users": int(row["users"]), "items": int(row["items"])}
+
+
+def arrow_type(frame: DataFrame, column: str) -> pa.DataType:
+    """The Arrow type of an id column, as pandas writes it (text as ``string``)."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    kind = to_arrow_type(frame.schema[column].dataType)
+    return pa.string() if pa.types.is_large_string(kind) else kind

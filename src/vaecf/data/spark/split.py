@@ -23,7 +23,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from vaecf.data.spark.frames import id_keys, pair_key, sorted_batches, with_rank
+from vaecf.data.spark.frames import arrow_type, id_keys, pair_key, sorted_batches, with_rank
+from vaecf.data.spark.raw import read_parquet_ids
 from vaecf.data.split import SplitConfig, heldout_counts, user_offsets, write_split_manifest
 from vaecf.data.splits import (
     ROW_GROUPS,
@@ -33,15 +34,14 @@ from vaecf.data.splits import (
     save_parquet_batches,
     write_part,
 )
-from vaecf.io.readers import IDS, parquet_rows
 
 _TRAIN, _VAL, _TEST = (SPLITS.index(s) for s in SPLITS)
 
 
 def read_interactions(spark: SparkSession, path: Path) -> DataFrame:
-    """``interactions.parquet``'s (user_id, item_id), its schema checked as pandas reads it."""
-    parquet_rows(path, {"user_id": IDS, "item_id": IDS})
-    return spark.read.parquet(str(path)).select("user_id", "item_id")
+    """``interactions.parquet``'s (user_id, item_id), read as pandas reads it (the bounded
+    Parquet reader, in tasks of row groups; the path is a name, never a pattern)."""
+    return read_parquet_ids(spark, path, ["user_id", "item_id"])
 
 
 def _assign_users(pairs: DataFrame, config: SplitConfig) -> tuple[DataFrame, int]:
@@ -130,22 +130,13 @@ def write(directory: Path, users: DataFrame, items: DataFrame, pairs: DataFrame,
         else:
             pair_counts[part], _ = write_part(directory, part, batches, shape, offset)
     _stream(directory / "user_index.parquet", users, "user_idx",
-            [("user_idx", pa.int32()), ("user_id", _arrow(users, "user_id")),
+            [("user_idx", pa.int32()), ("user_id", arrow_type(users, "user_id")),
              ("split", pa.string())])
     _stream(directory / "item_index.parquet", items, "item_idx",
-            [("item_idx", pa.int32()), ("item_id", _arrow(items, "item_id"))])
+            [("item_idx", pa.int32()), ("item_id", arrow_type(items, "item_id"))])
     extra = manifest.pop("extra") | {ROW_GROUPS: row_groups}
     return write_split_manifest(directory, counts=counts, pairs=pair_counts, n_users=n_users,
                                 n_items=n_items, extra=extra, **manifest)
-
-
-def _arrow(frame: DataFrame, column: str) -> pa.DataType:
-    """The Arrow type of an id column: its type in ``interactions.parquet``, as pandas keeps
-    it (text as ``string``)."""
-    from pyspark.sql.pandas.types import to_arrow_type
-
-    kind = to_arrow_type(frame.schema[column].dataType)
-    return pa.string() if pa.types.is_large_string(kind) else kind
 
 
 def _stream(path: Path, frame: DataFrame, order: str, fields: list[tuple[str, Any]]) -> None:

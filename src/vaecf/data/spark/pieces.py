@@ -1,0 +1,257 @@
+"""What a task of the Spark engine's reader does: parse pieces of data files with the pandas
+engine's own parsers and checks.
+
+A piece is a byte range of a delimited text file or a row group of a Parquet file. A task
+opens its files by path with Python (a name is never a pattern: no Hadoop glob, no URI),
+parses them with pyarrow under the options of the pandas engine's whole-file read
+(``csv_options``, ``read_parquet``), checks the values with the same ``CsvLayout.rows`` or
+``parquet_problem``, and yields Arrow batches of (user_id, item_id, value) and, last, one
+report of the piece: rows read, rows left out, and what is wrong. A row is accepted or
+refused by the same code in both engines; the driver turns a report's fault into the pandas
+engine's one line (``vaecf.data.spark.raw``).
+
+Text: a piece owns the lines that start inside its byte range (Hadoop's rule for splits).
+It skips the line in progress at its start (the previous piece's), and reads past its end
+to finish its last line, so every line is read once whatever the split points. The lines go
+to pyarrow in blocks of whole lines of about ``BLOCK`` bytes: memory per task is bounded by
+the block, whatever the file's size.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from vaecf.data.readers.interactions_table import (
+    TableColumns,
+    parquet_block,
+    parquet_kinds,
+    parquet_problem,
+)
+from vaecf.data.readers.netflix import MOVIE_LINE
+from vaecf.data.readers.table import MAX_HEADER, CsvLayout, Rows, csv_options
+from vaecf.errors import VaecfError
+from vaecf.io.readers import read_parquet
+
+BLOCK = 16 << 20  # = the pandas reader's pyarrow block: a longer line is an error in both
+BOM = b"\xef\xbb\xbf"
+STRUCTURE, VALUES, NO_MOVIE = 1, 2, 4  # a report's flags: pyarrow refused a line; ``rows``
+# refused a value; Netflix ratings before the first ``MovieID:`` line
+# A line that may be a Netflix ``MovieID:`` line (``\n`` or ``\r\n`` ends); MOVIE_LINE decides.
+_MOVIE_CANDIDATE = re.compile(rb"^([^,\r\n]*):\r?$\n?", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One unit of a task's work.
+
+    Attributes:
+      file: the file's index among the reader's data files.
+      path: the file, as the driver sees it.
+      start, end: text: the byte range whose lines it owns; Parquet: the row group's first
+        row in the file, and ``group`` its index.
+      size: bytes, to pack pieces into tasks.
+    """
+
+    file: int
+    path: str
+    start: int
+    end: int
+    size: int
+    group: int = -1
+
+
+@dataclass(frozen=True)
+class FileFormat:
+    """How a task parses one data file: a text layout, or a table's Parquet columns."""
+
+    label: str
+    layout: CsvLayout | None = None
+    columns: TableColumns | None = None
+    netflix: bool = False
+
+
+@dataclass
+class Report:
+    """What one piece found: rows parsed, rows left out, faults (``flags``), a Parquet
+    fault as (check, row, what), or an error line of the bounded Parquet reader."""
+
+    piece: int
+    file: int
+    rows: int = 0
+    dropped: int = 0
+    flags: int = 0
+    reason: str = ""
+    problem: list[object] | None = None
+    error: str | None = None
+
+
+class LineTooLong(Exception):
+    """A line longer than a block: refused, as the pandas reader refuses it."""
+
+
+def line_blocks(handle: IO[bytes], start: int, end: int, header: bool,
+                block: int = BLOCK) -> Iterator[bytes]:
+    """The lines that start in ``[start, end)`` of an open file, in blocks of whole lines;
+    the file's header line (``header``) and a leading byte-order mark are not data. Raises
+    ``LineTooLong`` for a line longer than ``block``."""
+    if start == 0:
+        if header:
+            handle.readline(MAX_HEADER + 1)  # read and checked by the driver
+        elif handle.read(len(BOM)) != BOM:
+            handle.seek(0)
+    else:
+        handle.seek(start - 1)  # the line in progress at start, if any, is the previous piece's
+        if not handle.readline(block + 2).endswith(b"\n"):
+            return  # the end of the file, or a line too long, which its piece reports
+    position, pending = handle.tell(), b""  # the file offset of pending[0]
+    while position < end:
+        data = handle.read(block)
+        pending += data
+        last = end - 1 - position  # the piece's last line holds this byte of pending
+        if last < len(pending) or not data:
+            stop = pending.find(b"\n", last) if last < len(pending) else -1
+            if stop >= 0 or not data:
+                tail = pending[:stop + 1] if stop >= 0 else pending
+                if tail:
+                    yield tail
+                return
+        else:
+            cut = pending.rfind(b"\n") + 1
+            if cut:
+                yield pending[:cut]
+                position, pending = position + cut, pending[cut:]
+        if len(pending) - pending.rfind(b"\n") - 1 > block:
+            raise LineTooLong
+
+
+def movie_blocks(blocks: Iterable[bytes]) -> Iterator[tuple[int | None, bytes]]:
+    """Netflix: the rating lines of ``blocks`` (a whole file's, in order), cut at each
+    ``MovieID:`` line, with the movie they belong to (None before the first).
+
+    Correct whatever the blocks: a block ends at a line end, so a ``MovieID:`` line is never
+    cut, and the current movie is carried from one block to the next; a file is one piece,
+    read in order by one task, so no block starts without its movie known. A line is a
+    movie's if the pandas reader's ``MOVIE_LINE`` takes it whole.
+    """
+    movie: int | None = None
+    for block in blocks:
+        at = 0
+        for found in _MOVIE_CANDIDATE.finditer(block):
+            try:
+                line = MOVIE_LINE.fullmatch(found.group(0).rstrip(b"\r\n").decode())
+            except UnicodeDecodeError:
+                line = None
+            if line is None:
+                continue  # not a movie's line: pyarrow refuses it among the ratings
+            if found.start() > at:
+                yield movie, block[at:found.start()]
+            movie, at = int(line.group(1)), found.end()
+        if at < len(block):
+            yield movie, block[at:]
+
+
+def _parse(data: bytes, layout: CsvLayout) -> pa.Table:
+    """A block of lines parsed as the pandas engine parses a whole file (pyarrow's error if
+    it refuses a line). A block that does not start the file cannot start with a byte-order
+    mark, which pyarrow would drop there: its line is kept whole (after an empty line where
+    empty lines are skipped, else refused: an id or ``MovieID:`` line holding one is bad)."""
+    if data.startswith(BOM):
+        if not layout.skip_empty_lines:
+            raise pa.ArrowInvalid("a line starts with a byte-order mark")
+        data = b"\n" + data
+    return pacsv.read_csv(pa.py_buffer(data), **csv_options(layout, False, False))
+
+
+def _text_rows(piece: Piece, form: FileFormat, report: Report
+               ) -> Iterator[tuple[Rows, int | None]]:
+    """The checked rows of a text piece, with their Netflix movie. After a fault nothing
+    more is yielded but the lines are still parsed: a line pyarrow refuses comes first in
+    the pandas reader's order of faults, whatever was found before it."""
+    assert form.layout is not None
+    layout = form.layout
+    with open(piece.path, "rb") as handle:
+        blocks = line_blocks(handle, piece.start, piece.end, layout.header)
+        parts = movie_blocks(blocks) if form.netflix else ((None, b) for b in blocks)
+        try:
+            for movie, data in parts:
+                table = _parse(data, layout)
+                report.rows += table.num_rows
+                if table.num_rows == 0 or report.flags:
+                    continue
+                rows = None if form.netflix and movie is None else layout.rows(table)
+                if rows is None:
+                    report.flags |= NO_MOVIE if form.netflix and movie is None else VALUES
+                else:
+                    report.dropped += rows.dropped
+                    yield rows, movie
+        except (LineTooLong, pa.ArrowException) as err:
+            report.flags |= STRUCTURE
+            report.reason = str(err).splitlines()[0][:200] if str(err) else "a line too long"
+
+
+def _parquet_rows(piece: Piece, form: FileFormat, report: Report) -> Iterator[Rows]:
+    assert form.columns is not None
+    try:
+        table = read_parquet(Path(piece.path), parquet_kinds(form.columns), form.label,
+                             row_groups=[piece.group])
+    except VaecfError as err:
+        report.error = str(err)
+        return
+    report.rows = table.num_rows
+    problem = parquet_problem(table, form.columns, piece.start)
+    if problem:
+        report.problem = list(problem)
+    elif table.num_rows:
+        yield parquet_block(table, form.columns)
+
+
+def _ids(values: np.ndarray | pa.DictionaryArray) -> pa.Array:
+    if isinstance(values, pa.DictionaryArray):
+        return values.dictionary_decode().cast(pa.string())
+    return pa.array(values, pa.int64())
+
+
+def read_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
+                forms: list[FileFormat], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``'s function: the rows of the pieces named by ``batches`` (column
+    ``piece``), then each piece's report (a JSON text in ``_report``; null in data rows)."""
+    for batch in batches:
+        for index in batch.column("piece").to_pylist():
+            piece = pieces[index]
+            form = forms[piece.file]
+            report = Report(index, piece.file)
+            if form.layout is None:
+                found = ((rows, None) for rows in _parquet_rows(piece, form, report))
+            else:
+                found = _text_rows(piece, form, report)
+            for rows, movie in found:
+                n = len(rows.value)
+                items = rows.item_id if movie is None else np.full(n, movie, np.int64)
+                assert items is not None
+                yield pa.RecordBatch.from_arrays(
+                    [_ids(rows.user_id), _ids(items), pa.array(rows.value, pa.float64()),
+                     pa.nulls(n, pa.string())], schema=schema)
+            yield pa.RecordBatch.from_arrays(
+                [pa.nulls(1, field.type) for field in list(schema)[:3]]
+                + [pa.array([json.dumps(asdict(report))], pa.string())], schema=schema)
+
+
+def read_parquet_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
+                        columns: dict[str, str], where: str, schema: pa.Schema
+                        ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``'s function: the ``columns`` of the row groups named by ``batches``
+    (column ``piece``), read by the bounded Parquet reader, as ``schema``'s types."""
+    for batch in batches:
+        for index in batch.column("piece").to_pylist():
+            piece = pieces[index]
+            table = read_parquet(Path(piece.path), columns, where, row_groups=[piece.group])
+            yield from table.select(list(columns)).cast(schema).to_batches()

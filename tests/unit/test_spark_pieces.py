@@ -1,0 +1,66 @@
+"""The Spark engine's pieces of text files: every line read once, whatever the split points
+and block sizes; Netflix' ratings keep their movie across blocks. Plain Python (no Spark)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vaecf.data.readers.archive import DataFile
+from vaecf.data.readers.netflix import read_netflix_file
+from vaecf.data.spark.pieces import LineTooLong, line_blocks, movie_blocks
+
+
+def _lines(data: bytes, starts: list[int], header: bool, block: int) -> list[bytes]:
+    ends = [*starts[1:], len(data)]
+    found = []
+    for start, end in zip(starts, ends, strict=True):
+        with io.BytesIO(data) as handle:
+            found += b"".join(line_blocks(handle, start, end, header, block)).splitlines(True)
+    return found
+
+
+@pytest.mark.parametrize("header", [False, True])
+def test_every_line_is_read_once_whatever_the_splits(header: bool) -> None:
+    rng = np.random.default_rng(3)
+    lines = [b"%d,%s\n" % (n, b"x" * int(rng.integers(0, 30))) for n in range(300)]
+    data = b"".join(lines)
+    expected = lines[1:] if header else lines
+    for _ in range(40):
+        cuts = sorted({0, *rng.integers(1, len(data), int(rng.integers(1, 12))).tolist()})
+        assert _lines(data, cuts, header, int(rng.integers(40, 120))) == expected
+    # A cut right after a newline, at the last byte, and a last line without its newline.
+    cut = data.index(b"\n") + 1
+    assert _lines(data, [0, cut, len(data) - 1], header, 40) == expected
+    assert _lines(data[:-1], [0, 50], header, 40)[-1] == lines[-1][:-1]
+
+
+def test_a_byte_order_mark_starting_the_file_is_not_data() -> None:
+    data = b"\xef\xbb\xbf1,a\n2,b\n"
+    assert _lines(data, [0, 5], False, 4) == [b"1,a\n", b"2,b\n"]
+
+
+def test_a_line_longer_than_a_block_is_refused() -> None:
+    with pytest.raises(LineTooLong):
+        _lines(b"1,a\n" + b"9" * 100 + b"\n", [0], False, 16)
+
+
+def test_netflix_movies_across_blocks_are_the_pandas_readers(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    text = b"".join(b"%d:\r\n" % movie + b"".join(
+        b"%d,%d,2005-01-01\r\n" % (rng.integers(1, 99), rng.integers(1, 6))
+        for _ in range(int(rng.integers(0, 7)))) for movie in rng.permutation(40) + 1)
+    path = tmp_path / "combined_data_1.txt"
+    path.write_bytes(text)
+    raw = read_netflix_file(DataFile(path.name, path))
+    expected = list(zip(raw.user_id.tolist(), raw.item_id.tolist(), strict=True))
+    for block in (20, 27, 40, 1 << 20):
+        with open(path, "rb") as handle:
+            found = [(int(line.split(b",")[0]), movie)
+                     for movie, part in movie_blocks(line_blocks(handle, 0, len(text), False,
+                                                                 block))
+                     for line in part.splitlines()]
+        assert found == expected, block
