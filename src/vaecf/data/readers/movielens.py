@@ -12,6 +12,7 @@ file, and its name is its layout. ML-100K's ``u1.base`` ... ``ub.test`` are spli
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import PurePosixPath
 
 import numpy as np
@@ -26,9 +27,9 @@ from vaecf.data.readers.table import (
     has_nulls,
     header_names,
     int_field,
+    iter_checked,
     locate_error,
     number_field,
-    read_checked,
     read_header_of,
 )
 from vaecf.errors import VaecfError
@@ -116,15 +117,17 @@ def file_layout(file: DataFile) -> CsvLayout:
         _csv_layout(read_header(file)))
 
 
-def read_ratings(file: DataFile) -> RawInteractions:
-    """Read one MovieLens ratings file in the layout its name says (errors name the line)."""
+def read_ratings(file: DataFile) -> Iterator[RawInteractions]:
+    """Read one MovieLens ratings file in the layout its name says (errors name the line),
+    a block of rows at a time: ML-32M's 32M ratings, or 200M synthetic ones, are never
+    all in memory as text-parsed columns (preprocess keeps each block's positives)."""
     layout = file_layout(file)
-    table = read_checked(file, layout)
-    if has_nulls(table, list(REQUIRED)):
-        raise locate_error(file, layout, "empty values")
-    rating = column(table, "rating", np.float64)
-    if not ((rating >= MIN_RATING) & (rating <= MAX_RATING)).all():
-        raise locate_error(file, layout, f"ratings outside {MIN_RATING}..{MAX_RATING}")
-    return RawInteractions(user_id=column(table, "userId", np.int64),
-                           item_id=column(table, "movieId", np.int64),
-                           value=rating, kind="rating", files=(file.label,))
+    for batch in iter_checked(file, layout):
+        if has_nulls(batch, list(REQUIRED)):
+            raise locate_error(file, layout, "empty values")
+        rating = column(batch, "rating", np.float64)
+        if not ((rating >= MIN_RATING) & (rating <= MAX_RATING)).all():
+            raise locate_error(file, layout, f"ratings outside {MIN_RATING}..{MAX_RATING}")
+        yield RawInteractions(user_id=column(batch, "userId", np.int64),
+                              item_id=column(batch, "movieId", np.int64),
+                              value=rating, kind="rating", files=(file.label,))

@@ -8,7 +8,7 @@ and the column, e.g. ``ratings.csv: line 7: column 'rating': '7.0' is not in 0.5
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +82,35 @@ class CsvLayout:
 def read_checked(file: DataFile, layout: CsvLayout, use_threads: bool = True,
                  invalid_row_handler: Callable[[Any], str] | None = None) -> pa.Table:
     """Parse ``file`` into a table of ``layout.types`` columns; VaecfError names a bad line."""
+    options = _csv_options(file, layout, use_threads, invalid_row_handler)
+    try:
+        table = pacsv.read_csv(file.path, **options)
+    except pa.ArrowInvalid as err:
+        raise locate_error(file, layout, str(err)) from None
+    if table.num_rows == 0:
+        raise VaecfError(f"{file.label}: no data rows (header only?)")
+    return table
+
+
+def iter_checked(file: DataFile, layout: CsvLayout) -> Iterator[pa.RecordBatch]:
+    """``read_checked`` a block of ``_BLOCK_SIZE`` bytes at a time: the caller keeps what it
+    needs of each block, so the whole file's columns are never in memory at once."""
+    options = _csv_options(file, layout, True, None)
+    rows = 0
+    try:
+        with pacsv.open_csv(file.path, **options) as reader:
+            for batch in reader:
+                rows += batch.num_rows
+                yield batch
+    except pa.ArrowInvalid as err:
+        raise locate_error(file, layout, str(err)) from None
+    if rows == 0:
+        raise VaecfError(f"{file.label}: no data rows (header only?)")
+
+
+def _csv_options(file: DataFile, layout: CsvLayout, use_threads: bool,
+                 invalid_row_handler: Callable[[Any], str] | None) -> dict[str, Any]:
+    """pyarrow's options for ``layout``; VaecfError if ``file`` is empty."""
     if file.path.stat().st_size == 0:
         raise VaecfError(f"{file.label}: file is empty")
     options = pacsv.ReadOptions(column_names=list(layout.names), skip_rows=int(layout.header),
@@ -92,14 +121,7 @@ def read_checked(file: DataFile, layout: CsvLayout, use_threads: bool = True,
     # Only an empty field is null: "NA" or "null" in an id column is an error, not a gap.
     convert = pacsv.ConvertOptions(column_types=layout.types, include_columns=list(layout.types),
                                    strings_can_be_null=False, null_values=[""])
-    try:
-        table = pacsv.read_csv(file.path, read_options=options, parse_options=parse,
-                               convert_options=convert)
-    except pa.ArrowInvalid as err:
-        raise locate_error(file, layout, str(err)) from None
-    if table.num_rows == 0:
-        raise VaecfError(f"{file.label}: no data rows (header only?)")
-    return table
+    return {"read_options": options, "parse_options": parse, "convert_options": convert}
 
 
 def read_header_of(file: DataFile, required: tuple[str, ...]) -> tuple[str, ...]:
@@ -191,12 +213,12 @@ def number_field(name: str, raw: str, low: float, high: float) -> str | None:
     return None
 
 
-def column(table: pa.Table, name: str, dtype: type) -> np.ndarray:
+def column(table: pa.Table | pa.RecordBatch, name: str, dtype: type) -> np.ndarray:
     """A column as numpy; nulls must have been ruled out (they would raise here)."""
-    return np.asarray(table.column(name).to_numpy(), dtype=dtype)
+    return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
 
 
-def has_nulls(table: pa.Table, names: list[str]) -> bool:
+def has_nulls(table: pa.Table | pa.RecordBatch, names: list[str]) -> bool:
     return any(table.column(name).null_count for name in names)
 
 
