@@ -122,12 +122,12 @@ def read_ratings(file: DataFile) -> Iterator[RawInteractions]:
     a block of rows at a time: ML-32M's 32M ratings, or 200M synthetic ones, are never
     all in memory as text-parsed columns (preprocess keeps each block's positives)."""
     layout = file_layout(file)
-    for batch in iter_checked(file, layout):
-        if has_nulls(batch, list(REQUIRED)):
+    for piece in iter_checked(file, layout):
+        if has_nulls(piece, list(REQUIRED)):
             raise locate_error(file, layout, "empty values")
-        rating = column(batch, "rating", np.float64)
+        rating = column(piece, "rating", np.float64)
         if not ((rating >= MIN_RATING) & (rating <= MAX_RATING)).all():
             raise locate_error(file, layout, f"ratings outside {MIN_RATING}..{MAX_RATING}")
-        yield RawInteractions(user_id=column(batch, "userId", np.int64),
-                              item_id=column(batch, "movieId", np.int64),
+        yield RawInteractions(user_id=column(piece, "userId", np.int64),
+                              item_id=column(piece, "movieId", np.int64),
                               value=rating, kind="rating", files=(file.label,))

@@ -25,6 +25,7 @@ LineCheck = Callable[[list[str]], str | None]
 # pyarrow parses in blocks and fails on a line longer than about two of them ("straddling
 # object"); locate_error calls any line longer than one block an error, naming it.
 _BLOCK_SIZE = 16 << 20
+_PIECE_SIZE = 2 * _BLOCK_SIZE  # two blocks: both cores parse
 _INT64 = (-(2**63), 2**63 - 1)
 MAX_HEADER = 64 << 10
 TEXT_IDS = pa.dictionary(pa.int32(), pa.string())  # one string per distinct id, not per row
@@ -92,18 +93,29 @@ def read_checked(file: DataFile, layout: CsvLayout, use_threads: bool = True,
     return table
 
 
-def iter_checked(file: DataFile, layout: CsvLayout) -> Iterator[pa.RecordBatch]:
-    """``read_checked`` a block of ``_BLOCK_SIZE`` bytes at a time: the caller keeps what it
-    needs of each block, so the whole file's columns are never in memory at once."""
+def iter_checked(file: DataFile, layout: CsvLayout) -> Iterator[pa.Table]:
+    """``read_checked`` a piece of about ``_PIECE_SIZE`` bytes (whole lines) at a time, each
+    parsed as ``read_checked`` parses a file: the caller keeps what it needs of each piece,
+    so the whole file's columns are never in memory at once. (pyarrow's streaming reader
+    reads up to 32 blocks ahead of its consumer: 512 MiB of text at our block size.)"""
     options = _csv_options(file, layout, True, None)
+    skip = options["read_options"].skip_rows
     rows = 0
-    try:
-        with pacsv.open_csv(file.path, **options) as reader:
-            for batch in reader:
-                rows += batch.num_rows
-                yield batch
-    except pa.ArrowInvalid as err:
-        raise locate_error(file, layout, str(err)) from None
+    with open(file.path, "rb") as handle:
+        rest = b""
+        while data := rest + handle.read(_PIECE_SIZE):
+            cut = data.rfind(b"\n") + 1 if len(data) > len(rest) else len(data)
+            if cut == 0:  # no line ends in the piece yet: read on (locate_error limits it)
+                rest = data
+                continue
+            piece, rest = pa.py_buffer(data[:cut]), data[cut:]
+            options["read_options"].skip_rows, skip = skip, 0
+            try:
+                table = pacsv.read_csv(piece, **options)
+            except pa.ArrowInvalid as err:
+                raise locate_error(file, layout, str(err)) from None
+            rows += table.num_rows
+            yield table
     if rows == 0:
         raise VaecfError(f"{file.label}: no data rows (header only?)")
 
@@ -213,12 +225,12 @@ def number_field(name: str, raw: str, low: float, high: float) -> str | None:
     return None
 
 
-def column(table: pa.Table | pa.RecordBatch, name: str, dtype: type) -> np.ndarray:
+def column(table: pa.Table, name: str, dtype: type) -> np.ndarray:
     """A column as numpy; nulls must have been ruled out (they would raise here)."""
-    return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
+    return np.asarray(table.column(name).to_numpy(), dtype=dtype)
 
 
-def has_nulls(table: pa.Table | pa.RecordBatch, names: list[str]) -> bool:
+def has_nulls(table: pa.Table, names: list[str]) -> bool:
     return any(table.column(name).null_count for name in names)
 
 
