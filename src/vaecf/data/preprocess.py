@@ -123,12 +123,14 @@ def preprocess(raw: RawInteractions | Iterable[RawInteractions],
         kept, so memory grows with the positives, not with the raw rows.
     """
     blocks = [raw] if isinstance(raw, RawInteractions) else raw
-    users, items, kind, counts, files = _positives(blocks, config)
+    users, items, kind, counts, files, seen = _positives(blocks, config)
     user_codes, user_ids = pd.factorize(users, sort=True)
     del users
     item_codes, item_ids = pd.factorize(items, sort=True)
     del items
     n_items = len(item_ids)
+    counts["raw"] = {"rows": seen[0].rows, "users": seen[0].count(user_ids),
+                     "items": seen[1].count(item_ids)}
     counts["implicit"] = {"rows": len(user_codes), "users": len(user_ids), "items": n_items}
     if len(user_codes) == 0:
         raise VaecfError(f"no positives: no {kind} passes the threshold "
@@ -155,54 +157,57 @@ def preprocess(raw: RawInteractions | Iterable[RawInteractions],
 
 
 def _positives(blocks: Iterable[RawInteractions], config: FilterConfig
-               ) -> tuple[Ids, Ids, str, dict[str, Any], tuple[str, ...]]:
+               ) -> tuple[Ids, Ids, str, dict[str, Any], tuple[str, ...],
+                          tuple[_Others, _Others]]:
     """The (user_id, item_id) of every positive row of ``blocks``; the blocks' ``kind``; the
-    counts of the raw rows (reader counts, then ``raw``: rows and distinct users and items,
-    for which only the distinct ids of each block are kept); the files read, in order."""
+    reader counts; the files read, in order; the raw rows' count and the distinct user and
+    item ids of the other rows."""
     users: list[Ids] = []
     items: list[Ids] = []
-    seen_users, seen_items = _Distinct(), _Distinct()
+    seen = (_Others(), _Others())
     counts: dict[str, Any] = {}
     files: dict[str, None] = {}
-    rows, kind = 0, ""
+    kind = ""
     for block in blocks:
-        rows, kind = rows + len(block.value), block.kind
+        kind = block.kind
         files.update(dict.fromkeys(block.files))
         for key, value in block.counts.items():
             counts[key] = counts.get(key, 0) + value
-        seen_users.add(block.user_id)
-        seen_items.add(block.item_id)
         keep = positive_mask(block, config)
+        seen[0].add(block.user_id, keep)
+        seen[1].add(block.item_id, keep)
         users.append(block.user_id[keep])
         items.append(block.item_id[keep])
-    counts["raw"] = {"rows": rows, "users": seen_users.count(), "items": seen_items.count()}
     user_ids = concat_ids(users)
     del users
-    return user_ids, concat_ids(items), kind, counts, tuple(files)
+    return user_ids, concat_ids(items), kind, counts, tuple(files), seen
 
 
-class _Distinct:
-    """How many distinct ids blocks hold, keeping each block's distinct ids (merged when
-    they outgrow the ids seen so far), never the rows."""
+class _Others:
+    """The raw rows of blocks, counted, and the distinct ids of the rows that are no
+    positives (each block's, merged when they outgrow the ids seen so far): with the
+    positives' distinct ids, the raw rows' distinct ids, without keeping the raw rows."""
 
     def __init__(self) -> None:
+        self.rows = 0
         self._parts: list[np.ndarray] = []
         self._held = 0
         self._merged = 0
 
-    def add(self, ids: Ids) -> None:
-        distinct = np.asarray(pd.unique(ids))
+    def add(self, ids: Ids, positive: np.ndarray) -> None:
+        self.rows += len(positive)
+        if positive.all():
+            return
+        distinct = np.asarray(pd.unique(ids[~positive]))
         self._parts.append(distinct)
         self._held += len(distinct)
         if self._held > 2 * self._merged + (1 << 20):
-            self._parts = [self._union()]
+            self._parts = [np.asarray(pd.unique(np.concatenate(self._parts)))]
             self._held = self._merged = len(self._parts[0])
 
-    def _union(self) -> np.ndarray:
-        return np.asarray(pd.unique(np.concatenate(self._parts))) if self._parts else np.zeros(0)
-
-    def count(self) -> int:
-        return len(self._union())
+    def count(self, positive_ids: Ids) -> int:
+        """Distinct ids of all raw rows, given the positives' distinct ids."""
+        return len(pd.unique(np.concatenate([*self._parts, np.asarray(positive_ids)])))
 
 
 def _dedup(user_codes: np.ndarray, item_codes: np.ndarray, n_items: int) -> np.ndarray:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from vaecf.data.split_keys import SPLIT_FUNCTION, id_text, pair_keys, text_keys
 from vaecf.data.splits import (
@@ -126,13 +127,9 @@ def split_interactions(interactions: pd.DataFrame, config: SplitConfig) -> Split
 
 def split_parquet(path: Path, config: SplitConfig) -> SplitResult:
     """``split_interactions`` of an ``interactions.parquet``, reading one column at a time
-    and keeping only its int32 codes: 8 bytes per pair, not the ids' 16 (or a Python
-    string per row of text ids)."""
-    codes = []
-    for name in ("user_id", "item_id"):
-        ids = read_parquet(path, {name: IDS}).column(name).to_numpy()
-        codes.append(_sorted_codes(ids))
-        del ids
+    and keeping only its int32 codes: 8 bytes per pair, never the ids of every row (16
+    bytes, or a Python string per row of text ids)."""
+    codes = [_column_codes(path, name) for name in ("user_id", "item_id")]
     (user_pos, user_ids), (item_pos, item_ids) = codes
     del codes
     return split_codes(user_pos, user_ids, item_pos, item_ids, config)
@@ -144,6 +141,25 @@ def _sorted_codes(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     every row."""
     codes, distinct = pd.factorize(ids, sort=True)
     return codes.astype(np.int32), np.asarray(distinct)
+
+
+def _column_codes(path: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``_sorted_codes`` of the column ``name`` of a Parquet file, dictionary-encoded by
+    pyarrow: one value per distinct id, an int32 index per row. Text sorts by its UTF-8
+    bytes, which is code point order (Python's, and ``np.unique``'s)."""
+    ids = read_parquet(path, {name: IDS}).column(name)
+    if ids.null_count:
+        raise VaecfError(f"{path}: column {name}: {ids.null_count:,} empty ids")
+    encoded = pa.table({name: pc.dictionary_encode(ids)}).unify_dictionaries().column(name)
+    del ids
+    chunks = encoded.chunks
+    if not chunks:
+        return np.zeros(0, np.int32), np.zeros(0, encoded.type.value_type.to_pandas_dtype())
+    order = pc.sort_indices(chunks[0].dictionary).to_numpy()
+    rank = np.empty(len(order), dtype=np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    codes = np.concatenate([rank[chunk.indices.to_numpy()] for chunk in chunks])
+    return codes, chunks[0].dictionary.take(pa.array(order)).to_numpy(zero_copy_only=False)
 
 
 def split_codes(user_pos: np.ndarray, user_ids: np.ndarray, item_pos: np.ndarray,

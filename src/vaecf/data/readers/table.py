@@ -108,7 +108,7 @@ def iter_checked(file: DataFile, layout: CsvLayout) -> Iterator[pa.Table]:
             if cut == 0:  # no line ends in the piece yet: read on (locate_error limits it)
                 rest = data
                 continue
-            piece, rest = pa.py_buffer(data[:cut]), data[cut:]
+            piece, rest = pa.py_buffer(memoryview(data)[:cut]), data[cut:]
             options["read_options"].skip_rows, skip = skip, 0
             try:
                 table = pacsv.read_csv(piece, **options)
