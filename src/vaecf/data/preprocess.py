@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -26,7 +26,7 @@ from vaecf.data.readers import RawInteractions, concat_ids
 from vaecf.data.splits import save_parquet
 from vaecf.errors import VaecfError
 
-Ids = np.ndarray | pd.Categorical
+Ids: TypeAlias = "np.ndarray | pd.Categorical"
 PROTOCOLS = ("mission", "paper")
 # mission: DESIGN.md section 4; paper: Liang et al. 2018 (users >= 5, items not filtered).
 PRESETS: dict[str, dict[str, int]] = {

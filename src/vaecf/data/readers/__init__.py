@@ -63,7 +63,7 @@ class Reader:
     """
 
     match: Match
-    read: Callable[[DataFile], Iterator[RawInteractions]]
+    read: Callable[..., Iterator[RawInteractions]]
     expected: str
     probe: Callable[[str, bytes], None] | None = None
     archives: bool = True
