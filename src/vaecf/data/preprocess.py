@@ -13,18 +13,20 @@ ids are not 0..n-1 in sorted order.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from vaecf.data.readers import RawInteractions
+from vaecf.data.readers import RawInteractions, concat_ids
 from vaecf.data.splits import save_parquet
 from vaecf.errors import VaecfError
 
+Ids: TypeAlias = "np.ndarray | pd.Categorical"
 PROTOCOLS = ("mission", "paper")
 # mission: DESIGN.md section 4; paper: Liang et al. 2018 (users >= 5, items not filtered).
 PRESETS: dict[str, dict[str, int]] = {
@@ -55,11 +57,13 @@ class FilterConfig:
 
 @dataclass(frozen=True)
 class Interactions:
-    """Positive pairs sorted by (user_id, item_id), and the counts of every step."""
+    """Positive pairs sorted by (user_id, item_id), the counts of every step and the files
+    read."""
 
     user_id: np.ndarray
     item_id: np.ndarray
     counts: dict[str, Any]
+    files: tuple[str, ...] = ()
 
 
 def positive_mask(raw: RawInteractions, config: FilterConfig) -> np.ndarray:
@@ -110,24 +114,36 @@ def _filter(user_idx: np.ndarray, item_idx: np.ndarray, n_users: int, n_items: i
     return user_idx, item_idx
 
 
-def preprocess(raw: RawInteractions, config: FilterConfig) -> Interactions:
-    """Positives of ``raw`` after dedup and filtering, sorted by (user_id, item_id)."""
-    user_codes, user_ids = pd.factorize(raw.user_id, sort=True)
-    item_codes, item_ids = pd.factorize(raw.item_id, sort=True)
-    n_users, n_items = len(user_ids), len(item_ids)
-    counts: dict[str, Any] = {**raw.counts,
-                              "raw": _step(user_codes, item_codes, n_users, n_items)}
-    keep = positive_mask(raw, config)
-    user_codes, item_codes = user_codes[keep], item_codes[keep]
-    counts["implicit"] = _step(user_codes, item_codes, n_users, n_items)
+def preprocess(raw: RawInteractions | Iterable[RawInteractions],
+               config: FilterConfig) -> Interactions:
+    """Positives of ``raw`` after dedup and filtering, sorted by (user_id, item_id).
+
+    Args:
+      raw: the raw rows, whole or in blocks (``iter_raw``'s): only each block's positives are
+        kept, so memory grows with the positives, not with the raw rows.
+    """
+    blocks = [raw] if isinstance(raw, RawInteractions) else raw
+    users, items, kind, counts, files, seen = _positives(blocks, config)
+    user_codes, user_ids = pd.factorize(users, sort=True)
+    del users
+    item_codes, item_ids = pd.factorize(items, sort=True)
+    del items
+    n_items = len(item_ids)
+    counts["raw"] = {"rows": seen[0].rows, "users": seen[0].count(user_ids),
+                     "items": seen[1].count(item_ids)}
+    counts["implicit"] = {"rows": len(user_codes), "users": len(user_ids), "items": n_items}
     if len(user_codes) == 0:
-        raise VaecfError(f"no positives: no {raw.kind} passes the threshold "
+        raise VaecfError(f"no positives: no {kind} passes the threshold "
                          f"(--min-rating {config.min_rating:g}, --min-plays {config.min_plays})")
-    # One sort gives both the deduplication and the deterministic (user_id, item_id) order,
-    # because factorize(sort=True) numbers ids in sorted order.
-    pairs = np.unique(user_codes.astype(np.int64) * n_items + item_codes)
+    pairs = _dedup(user_codes, item_codes, n_items)
     counts["duplicates"] = int(len(user_codes) - len(pairs))
-    user_codes, item_codes = pairs // n_items, pairs % n_items
+    del user_codes, item_codes
+    # Codes number ids in sorted order (factorize(sort=True)), so the sorted pairs are in
+    # (user_id, item_id) order; int32 codes halve what the filters copy.
+    user_codes = (pairs // n_items).astype(np.int32)
+    item_codes = (pairs % n_items).astype(np.int32)
+    del pairs
+    n_users = len(user_ids)
     counts["dedup"] = _step(user_codes, item_codes, n_users, n_items)
     user_codes, item_codes = _filter(user_codes, item_codes, n_users, n_items, config, counts)
     if len(user_codes) == 0:
@@ -137,7 +153,73 @@ def preprocess(raw: RawInteractions, config: FilterConfig) -> Interactions:
             f"than --min-item-users {config.min_item_users} users; lower the thresholds")
     counts["output"] = _step(user_codes, item_codes, n_users, n_items)
     return Interactions(user_id=np.asarray(user_ids)[user_codes],
-                        item_id=np.asarray(item_ids)[item_codes], counts=counts)
+                        item_id=np.asarray(item_ids)[item_codes], counts=counts, files=files)
+
+
+def _positives(blocks: Iterable[RawInteractions], config: FilterConfig
+               ) -> tuple[Ids, Ids, str, dict[str, Any], tuple[str, ...],
+                          tuple[_Others, _Others]]:
+    """The (user_id, item_id) of every positive row of ``blocks``; the blocks' ``kind``; the
+    reader counts; the files read, in order; the raw rows' count and the distinct user and
+    item ids of the other rows."""
+    users: list[Ids] = []
+    items: list[Ids] = []
+    seen = (_Others(), _Others())
+    counts: dict[str, Any] = {}
+    files: dict[str, None] = {}
+    kind = ""
+    for block in blocks:
+        kind = block.kind
+        files.update(dict.fromkeys(block.files))
+        for key, value in block.counts.items():
+            counts[key] = counts.get(key, 0) + value
+        keep = positive_mask(block, config)
+        seen[0].add(block.user_id, keep)
+        seen[1].add(block.item_id, keep)
+        users.append(block.user_id[keep])
+        items.append(block.item_id[keep])
+    user_ids = concat_ids(users)
+    del users
+    return user_ids, concat_ids(items), kind, counts, tuple(files), seen
+
+
+class _Others:
+    """The raw rows of blocks, counted, and the distinct ids of the rows that are no
+    positives (each block's, merged when they outgrow the ids seen so far): with the
+    positives' distinct ids, the raw rows' distinct ids, without keeping the raw rows."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self._parts: list[np.ndarray] = []
+        self._held = 0
+        self._merged = 0
+
+    def add(self, ids: Ids, positive: np.ndarray) -> None:
+        self.rows += len(positive)
+        if positive.all():
+            return
+        distinct = np.asarray(pd.unique(ids[~positive]))
+        self._parts.append(distinct)
+        self._held += len(distinct)
+        if self._held > 2 * self._merged + (1 << 20):
+            self._parts = [np.asarray(pd.unique(np.concatenate(self._parts)))]
+            self._held = self._merged = len(self._parts[0])
+
+    def count(self, positive_ids: Ids) -> int:
+        """Distinct ids of all raw rows, given the positives' distinct ids."""
+        return len(pd.unique(np.concatenate([*self._parts, np.asarray(positive_ids)])))
+
+
+def _dedup(user_codes: np.ndarray, item_codes: np.ndarray, n_items: int) -> np.ndarray:
+    """(pairs,) int64 ``user_code * n_items + item_code`` of each distinct pair, sorted
+    (``np.unique``'s result, sorting one array in place instead of a copy of it)."""
+    pairs = user_codes.astype(np.int64, copy=False) * n_items
+    pairs += item_codes
+    pairs.sort()
+    first = np.empty(len(pairs), dtype=bool)
+    first[:1] = True
+    np.not_equal(pairs[1:], pairs[:-1], out=first[1:])
+    return pairs[first]
 
 
 def filter_config(protocol: str, min_rating: float | None = None, min_plays: int | None = None,

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from vaecf.data.split_keys import SPLIT_FUNCTION, id_text, pair_keys, text_keys
 from vaecf.data.splits import (
@@ -41,6 +42,7 @@ from vaecf.data.splits import (
 )
 from vaecf.errors import VaecfError
 from vaecf.io.manifest import write_manifest
+from vaecf.io.readers import IDS, read_parquet
 
 
 @dataclass(frozen=True)
@@ -118,15 +120,68 @@ def split_interactions(interactions: pd.DataFrame, config: SplitConfig) -> Split
       interactions: columns ``user_id`` and ``item_id`` (raw ids), one row per positive pair.
       config: fractions and seed.
     """
-    user_ids, user_pos = np.unique(interactions["user_id"].to_numpy(), return_inverse=True)
-    raw_items = interactions["item_id"].to_numpy()
+    user_pos, user_ids = _sorted_codes(interactions["user_id"].to_numpy())
+    item_pos, item_ids = _sorted_codes(interactions["item_id"].to_numpy())
+    return split_codes(user_pos, user_ids, item_pos, item_ids, config)
+
+
+def split_parquet(path: Path, config: SplitConfig) -> SplitResult:
+    """``split_interactions`` of an ``interactions.parquet``, reading one column at a time
+    and keeping only its int32 codes: 8 bytes per pair, never the ids of every row (16
+    bytes, or a Python string per row of text ids)."""
+    codes = [_column_codes(path, name) for name in ("user_id", "item_id")]
+    (user_pos, user_ids), (item_pos, item_ids) = codes
+    del codes
+    return split_codes(user_pos, user_ids, item_pos, item_ids, config)
+
+
+def _sorted_codes(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n,) int32 position of each of ``ids`` among its distinct values, and those values
+    (sorted): ``np.unique(ids, return_inverse=True)`` swapped, by hashing instead of sorting
+    every row."""
+    codes, distinct = pd.factorize(ids, sort=True)
+    return codes.astype(np.int32), np.asarray(distinct)
+
+
+def _column_codes(path: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``_sorted_codes`` of the column ``name`` of a Parquet file, dictionary-encoded by
+    pyarrow: one value per distinct id, an int32 index per row. Text sorts by its UTF-8
+    bytes, which is code point order (Python's, and ``np.unique``'s)."""
+    ids = read_parquet(path, {name: IDS}).column(name)
+    if ids.null_count:
+        raise VaecfError(f"{path}: column {name}: {ids.null_count:,} empty ids")
+    encoded = pa.table({name: pc.dictionary_encode(ids)}).unify_dictionaries().column(name)
+    del ids
+    chunks = encoded.chunks
+    if not chunks:
+        return np.zeros(0, np.int32), np.zeros(0, encoded.type.value_type.to_pandas_dtype())
+    order = pc.sort_indices(chunks[0].dictionary).to_numpy()
+    rank = np.empty(len(order), dtype=np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    codes = np.concatenate([rank[chunk.indices.to_numpy()] for chunk in chunks])
+    return codes, chunks[0].dictionary.take(pa.array(order)).to_numpy(zero_copy_only=False)
+
+
+def split_codes(user_pos: np.ndarray, user_ids: np.ndarray, item_pos: np.ndarray,
+                all_items: np.ndarray, config: SplitConfig) -> SplitResult:
+    """Split positive pairs given as codes.
+
+    Args:
+      user_pos, item_pos: (n,) int32 each pair's user in ``user_ids`` and item in
+        ``all_items``, the distinct raw ids, sorted.
+      config: fractions and seed.
+    """
     user_keys = text_keys(config.seed, user_ids)
     split_of_user = _assign_users(user_ids, user_keys, config)
-    item_ids = np.unique(raw_items[split_of_user[user_pos] == 0])
-    item_idx = np.minimum(np.searchsorted(item_ids, raw_items), len(item_ids) - 1)
-    in_universe = item_ids[item_idx] == raw_items
+    # The item universe: the items of training users, numbered in sorted order.
+    in_universe_item = np.zeros(len(all_items), dtype=bool)
+    in_universe_item[item_pos[split_of_user[user_pos] == 0]] = True
+    item_ids = all_items[in_universe_item]
+    in_universe = in_universe_item[item_pos]
     counts: dict[str, Any] = {"pairs_outside_item_universe": int((~in_universe).sum())}
-    user_pos, item_idx = user_pos[in_universe], item_idx[in_universe]
+    item_idx = (np.cumsum(in_universe_item, dtype=np.int32) - 1)[item_pos[in_universe]]
+    user_pos = user_pos[in_universe]
+    del in_universe
 
     kept = np.zeros(len(user_ids), dtype=bool)
     kept[user_pos] = True
@@ -134,15 +189,23 @@ def split_interactions(interactions: pd.DataFrame, config: SplitConfig) -> Split
     # user_idx: train users, then val, then test; sorted by user_id within each split.
     order = np.lexsort((np.arange(len(user_ids)), split_of_user))
     order = order[kept[order]]
-    idx_of_pos = np.full(len(user_ids), -1, dtype=np.int64)
-    idx_of_pos[order] = np.arange(len(order))
+    idx_of_pos = np.full(len(user_ids), -1, dtype=np.int32)
+    idx_of_pos[order] = np.arange(len(order), dtype=np.int32)
     users = pd.DataFrame({"user_idx": np.arange(len(order), dtype=np.int32),
                           "user_id": user_ids[order],
                           "split": np.asarray(SPLITS)[split_of_user[order]]})
 
-    user_idx = idx_of_pos[user_pos]
-    canonical = np.lexsort((item_idx, user_idx))
-    user_idx, item_idx = user_idx[canonical], item_idx[canonical]
+    # The canonical (user_idx, item_idx) order: one int64 key per pair sorted in place
+    # (lexsort's permutation and the gathers through it cost three times the memory).
+    n_items = len(item_ids)
+    pairs = idx_of_pos[user_pos].astype(np.int64) * n_items
+    del user_pos
+    pairs += item_idx
+    del item_idx
+    pairs.sort()
+    user_idx = (pairs // n_items).astype(np.int32)
+    item_idx = (pairs % n_items).astype(np.int32)
+    del pairs
     split_of_idx = split_of_user[order]
     part = _parts(user_idx, item_idx, split_of_idx, user_keys[order],
                   item_ids, config)
@@ -151,8 +214,8 @@ def split_interactions(interactions: pd.DataFrame, config: SplitConfig) -> Split
         counts[f"{split}_users_without_holdout"] = int(
             (split_of_idx == code).sum() - with_holdout)
     pairs = pd.DataFrame({
-        "user_idx": user_idx.astype(np.int32), "item_idx": item_idx.astype(np.int32),
-        "part": pd.Categorical.from_codes(part, categories=matrix_names())})
+        "user_idx": user_idx, "item_idx": item_idx,
+        "part": pd.Categorical.from_codes(part, categories=matrix_names())}, copy=False)
     return SplitResult(users=users, item_ids=item_ids, pairs=pairs, counts=counts)
 
 
@@ -198,15 +261,16 @@ def write_split(result: SplitResult, directory: Path, *, inputs: dict[str, Any],
     n_users = {s: int((result.users["split"] == s).sum()) for s in SPLITS}
     user_offset = user_offsets(n_users)
     pair_counts: dict[str, int] = {}
-    for part in matrix_names():
+    parts = result.pairs["part"].cat.codes.to_numpy()
+    for code, part in enumerate(matrix_names()):
         split = part.split("_")[0]
-        rows = result.pairs[result.pairs["part"] == part]
-        pairs = pa.record_batch([rows["user_idx"].to_numpy(np.int32),
-                                 rows["item_idx"].to_numpy(np.int32)], schema=PAIRS_SCHEMA)
+        pairs = pa.record_batch([_part_column(result.pairs["user_idx"], parts, code),
+                                 _part_column(result.pairs["item_idx"], parts, code)],
+                                schema=PAIRS_SCHEMA)
         shape, offset = (n_users[split], n_items), user_offset[split]
         if part == "train":  # in row groups a rank can read alone: its share
             pair_counts[part], row_groups = write_part(directory, part, [pairs], shape, offset,
-                                                       row_group_rows(len(rows)))
+                                                       row_group_rows(pairs.num_rows))
         else:
             pair_counts[part], _ = write_part(directory, part, [pairs], shape, offset)
     save_parquet(directory / "user_index.parquet", pa.Table.from_pandas(
@@ -218,6 +282,15 @@ def write_split(result: SplitResult, directory: Path, *, inputs: dict[str, Any],
                                 parameters=parameters, started=started,
                                 extra={"dataset": dataset, "engine": "pandas",
                                        ROW_GROUPS: row_groups})
+
+
+def _part_column(column: pd.Series, parts: np.ndarray, code: int) -> np.ndarray:
+    """(rows of the part,) int32 ``column`` where ``parts == code``; a view when those rows
+    are the first ones (training's: train users come first), else a copy."""
+    values = column.to_numpy(np.int32)
+    rows = parts == code
+    count = int(np.count_nonzero(rows))
+    return values[:count] if rows[:count].all() else values[rows]
 
 
 def user_offsets(n_users: dict[str, int]) -> dict[str, int]:

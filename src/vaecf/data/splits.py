@@ -123,6 +123,7 @@ def save_parquet_batches(path: Path, schema: pa.Schema, batches: Iterable[pa.Rec
 
 
 PAIRS_SCHEMA = pa.schema([("user_idx", pa.int32()), ("item_idx", pa.int32())])
+_COUNT_ROWS = 1 << 22
 
 
 def write_part(directory: Path, part: str, batches: Iterable[pa.RecordBatch],
@@ -143,10 +144,13 @@ def write_part(directory: Path, part: str, batches: Iterable[pa.RecordBatch],
     row_sizes = np.zeros(shape[0], dtype=np.int64)
     path = directory / f"{part}.parquet"
     for batch in save_parquet_batches(path, PAIRS_SCHEMA, batches, group_rows):
-        rows = batch.column(0).to_numpy() - offset
-        row_sizes += np.bincount(rows, minlength=shape[0])
+        users = batch.column(0).to_numpy()
+        for start in range(0, len(users), _COUNT_ROWS):  # bincount's intp copy, a slice at a time
+            row_sizes += np.bincount(users[start:start + _COUNT_ROWS] - offset,
+                                     minlength=shape[0])
         items.append(batch.column(1).to_numpy())
-    indices = np.concatenate(items) if items else np.zeros(0, np.int32)
+    indices = (items[0] if len(items) == 1 else np.concatenate(items) if items
+               else np.zeros(0, np.int32))
     indptr = np.concatenate([[0], np.cumsum(row_sizes)])
     save_csr(directory / f"{part}.npz", sp.csr_matrix(
         (np.ones(len(indices), np.float32), indices, indptr), shape=shape))

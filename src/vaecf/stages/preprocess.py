@@ -17,7 +17,7 @@ from vaecf.data.preprocess import (
     preprocess,
     write_interactions,
 )
-from vaecf.data.readers import READERS, layout_of, read_raw
+from vaecf.data.readers import READERS, iter_raw, layout_of
 from vaecf.data.readers.archive import find_data_files
 from vaecf.data.readers.interactions_table import TableColumns, recorded_columns
 from vaecf.errors import VaecfError
@@ -112,13 +112,12 @@ def run(config: PreprocessConfig) -> None:
 def _pandas(dataset: Dataset, raw_dir: Path, names: list[str], extracted: Path,
             table: TableColumns | None, filters: FilterConfig, output: Path
             ) -> tuple[list[str], dict[str, Any]]:
-    raw = read_raw(dataset.reader, raw_dir, names, extracted, table)
-    log.info(f"{dataset.name}: read {len(raw.user_id):,} rows from {len(raw.files)} file(s)")
-    files_read = list(raw.files)
-    result = preprocess(raw, filters)
-    del raw  # the raw arrays are the largest thing in memory
+    # Read a block at a time, keeping each block's positives only.
+    result = preprocess(iter_raw(dataset.reader, raw_dir, names, extracted, table), filters)
+    log.info(f"{dataset.name}: read {result.counts['raw']['rows']:,} rows from "
+             f"{len(result.files)} file(s)")
     write_interactions(output, result)
-    return files_read, result.counts
+    return list(result.files), result.counts
 
 
 def _spark(dataset: Dataset, raw_dir: Path, names: list[str], extracted: Path,

@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from vaecf import log
-from vaecf.data.split import SplitConfig, split_interactions, write_split
+from vaecf.data.split import SplitConfig, split_parquet, write_split
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, read_manifest
-from vaecf.io.readers import IDS, read_parquet
 from vaecf.io.roles import Role
 from vaecf.stages import location, new_parser, run_stage, seed
 from vaecf.stages.preprocess import engine_flag
@@ -118,9 +117,7 @@ def run(input_uri: str, output: str, given: str | None, args: argparse.Namespace
             written = _spark(source / "interactions.parquet", staging, config.split,
                              extra={"dataset": dataset, "engine": "spark"}, **recorded)
         else:
-            interactions = read_parquet(source / "interactions.parquet",
-                                        {"user_id": IDS, "item_id": IDS}).to_pandas()
-            result = split_interactions(interactions, config.split)
+            result = split_parquet(source / "interactions.parquet", config.split)
             written = write_split(result, staging, dataset=dataset, **recorded)
         log.info(f"split: {written['n_users']} users, {written['n_items']:,} items "
                  f"(seed {config.split.seed})")

@@ -11,7 +11,7 @@ Parquet or CSV files with the columns named at download (``TableColumns``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -49,7 +49,7 @@ from vaecf.data.readers.table import CsvLayout, RawInteractions
 from vaecf.errors import VaecfError
 
 __all__ = ["KINDS", "READERS", "RawInteractions", "Reader", "TableColumns", "check_data_files",
-           "layout_of", "read_raw", "text_layout"]
+           "concat_ids", "iter_raw", "layout_of", "read_raw", "text_layout"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Reader:
 
     Attributes:
       match: whether a file name or archive member path is one of its data files.
-      read: parses one data file.
+      read: parses one data file, yielding its rows in one or more blocks.
       expected: the data files' names, as messages and manifests name them.
       probe: given a data file's label and first line, raises VaecfError if that line
         cannot start one (checked at download; the reader checks every line later).
@@ -66,20 +66,29 @@ class Reader:
     """
 
     match: Match
-    read: Callable[[DataFile], RawInteractions]
+    read: Callable[..., Iterator[RawInteractions]]
     expected: str
     probe: Callable[[str, bytes], None] | None = None
     archives: bool = True
 
 
+def _whole(read: Callable[..., RawInteractions]) -> Callable[..., Iterator[RawInteractions]]:
+    """A reader that parses a file at once, as one block."""
+    def blocks(file: DataFile, **kwargs: object) -> Iterator[RawInteractions]:
+        yield read(file, **kwargs)
+    return blocks
+
+
 READERS: dict[str, Reader] = {
     "movielens": Reader(is_ratings_file, read_ratings, "ratings.csv, ratings.dat or u.data",
                         probe_ratings),
-    "netflix": Reader(is_netflix_file, read_netflix_file, "mv_*.txt or combined_data_*.txt"),
-    "lastfm": Reader(is_lastfm_file, read_lastfm_file, "usersha1-artmbid-artname-plays.tsv"),
-    "pinterest": Reader(is_pinterest_file, read_pinterest_file,
+    "netflix": Reader(is_netflix_file, _whole(read_netflix_file),
+                      "mv_*.txt or combined_data_*.txt"),
+    "lastfm": Reader(is_lastfm_file, _whole(read_lastfm_file),
+                     "usersha1-artmbid-artname-plays.tsv"),
+    "pinterest": Reader(is_pinterest_file, _whole(read_pinterest_file),
                         "pinterest-20.{train,test}.rating"),
-    "table": Reader(is_table_file, read_table_file, EXPECTED, archives=False),
+    "table": Reader(is_table_file, _whole(read_table_file), EXPECTED, archives=False),
 }
 
 
@@ -137,7 +146,15 @@ def layout_of(reader: str, labels: list[str]) -> str:
 
 def read_raw(reader: str, directory: Path, names: list[str], scratch: Path,
              columns: TableColumns | None = None) -> RawInteractions:
-    """Read every data file of a download directory with ``reader``.
+    """Every row of ``iter_raw``'s blocks, joined into one ``RawInteractions``."""
+    return _concat(list(iter_raw(reader, directory, names, scratch, columns)))
+
+
+def iter_raw(reader: str, directory: Path, names: list[str], scratch: Path,
+             columns: TableColumns | None = None) -> Iterator[RawInteractions]:
+    """Read every data file of a download directory with ``reader``, a block at a time
+    (a file, or part of one), in file order: a consumer that keeps only what it needs of
+    each block (``preprocess``'s positives) never holds the whole raw data.
 
     Args:
       reader: a key of ``READERS`` (the dataset registry names it).
@@ -148,16 +165,14 @@ def read_raw(reader: str, directory: Path, names: list[str], scratch: Path,
     found = READERS[reader]
     files = find_data_files(directory, names, found.match, scratch, found.archives)
     check_data_files(reader, [f.label for f in files], names, str(directory))
-    read = partial(read_table_file, columns=columns) if reader == "table" else found.read
-    parts: list[RawInteractions] = []
+    read = partial(found.read, columns=columns) if reader == "table" else found.read
     bar = log.Progress(f"read {reader}", len(files), "files")
     for file in files:
-        parts.append(read(file))
+        yield from read(file)
         if file.path.is_relative_to(scratch):
             file.path.unlink()  # extracted copies can be large (Last.fm: 1.6 GB)
         bar.update(1)
     bar.close()
-    return _concat(parts)
 
 
 def _concat(parts: list[RawInteractions]) -> RawInteractions:
@@ -168,14 +183,17 @@ def _concat(parts: list[RawInteractions]) -> RawInteractions:
         for key, value in part.counts.items():
             counts[key] = counts.get(key, 0) + value
     return RawInteractions(
-        user_id=_concat_ids([p.user_id for p in parts]),
-        item_id=_concat_ids([p.item_id for p in parts]),
+        user_id=concat_ids([p.user_id for p in parts]),
+        item_id=concat_ids([p.item_id for p in parts]),
         value=np.concatenate([p.value for p in parts]),
-        kind=parts[0].kind, files=tuple(f for p in parts for f in p.files), counts=counts)
+        kind=parts[0].kind, files=tuple(dict.fromkeys(f for p in parts for f in p.files)),
+        counts=counts)
 
 
-def _concat_ids(parts: list[np.ndarray | pd.Categorical]) -> np.ndarray | pd.Categorical:
-    """Ids of several files: text ids stay one Categorical (one string per distinct id)."""
+def concat_ids(parts: list[np.ndarray | pd.Categorical]) -> np.ndarray | pd.Categorical:
+    """Ids of several blocks: text ids stay one Categorical (one string per distinct id)."""
+    if len(parts) == 1:
+        return parts[0]
     if all(isinstance(p, pd.Categorical) for p in parts):
         return pd.api.types.union_categoricals(parts, sort_categories=True)
     return np.concatenate([np.asarray(p) for p in parts])

@@ -12,6 +12,7 @@ file, and its name is its layout. ML-100K's ``u1.base`` ... ``ub.test`` are spli
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import PurePosixPath
 
 import numpy as np
@@ -22,14 +23,16 @@ from vaecf.data.readers.table import (
     CsvLayout,
     RawInteractions,
     Rows,
+    checked_rows,
     column,
     field_count,
     has_nulls,
     header_names,
     int_field,
+    iter_checked,
     number_field,
+    raw_interactions,
     read_header_of,
-    read_rows,
 )
 from vaecf.errors import VaecfError
 
@@ -126,6 +129,10 @@ def file_layout(file: DataFile) -> CsvLayout:
         _csv_layout(read_header(file)))
 
 
-def read_ratings(file: DataFile) -> RawInteractions:
-    """Read one MovieLens ratings file in the layout its name says (errors name the line)."""
-    return read_rows(file, file_layout(file), "rating")
+def read_ratings(file: DataFile) -> Iterator[RawInteractions]:
+    """Read one MovieLens ratings file in the layout its name says (errors name the line),
+    a block of rows at a time: ML-32M's 32M ratings, or 200M synthetic ones, are never
+    all in memory as text-parsed columns (preprocess keeps each block's positives)."""
+    layout = file_layout(file)
+    for piece in iter_checked(file, layout):
+        yield raw_interactions(checked_rows(file, layout, piece), "rating", file.label)

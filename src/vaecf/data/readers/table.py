@@ -8,7 +8,7 @@ and the column, e.g. ``ratings.csv: line 7: column 'rating': '7.0' is not in 0.5
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ RowsOf = Callable[[pa.Table], "Rows | None"]
 # pyarrow parses in blocks and fails on a line longer than about two of them ("straddling
 # object"); locate_error calls any line longer than one block an error, naming it.
 _BLOCK_SIZE = 16 << 20
+_PIECE_SIZE = 2 * _BLOCK_SIZE  # two blocks: both cores parse
 _INT64 = (-(2**63), 2**63 - 1)
 MAX_HEADER = 64 << 10
 TEXT_IDS = pa.dictionary(pa.int32(), pa.string())  # one string per distinct id, not per row
@@ -120,8 +121,7 @@ def csv_options(layout: CsvLayout, skip_header: bool, use_threads: bool = True,
 def read_checked(file: DataFile, layout: CsvLayout, use_threads: bool = True,
                  invalid_row_handler: Callable[[Any], str] | None = None) -> pa.Table:
     """Parse ``file`` into a table of ``layout.types`` columns; VaecfError names a bad line."""
-    if file.path.stat().st_size == 0:
-        raise VaecfError(f"{file.label}: file is empty")
+    _check_not_empty(file)
     try:
         table = pacsv.read_csv(file.path, **csv_options(layout, layout.header, use_threads,
                                                         invalid_row_handler))
@@ -130,6 +130,37 @@ def read_checked(file: DataFile, layout: CsvLayout, use_threads: bool = True,
     if table.num_rows == 0:
         raise VaecfError(f"{file.label}: no data rows (header only?)")
     return table
+
+
+def iter_checked(file: DataFile, layout: CsvLayout) -> Iterator[pa.Table]:
+    """``read_checked`` a piece of about ``_PIECE_SIZE`` bytes (whole lines) at a time, each
+    parsed as ``read_checked`` parses a file: the caller keeps what it needs of each piece,
+    so the whole file's columns are never in memory at once. (pyarrow's streaming reader
+    reads up to 32 blocks ahead of its consumer: 512 MiB of text at our block size.)"""
+    _check_not_empty(file)
+    skip, rows = layout.header, 0
+    with open(file.path, "rb") as handle:
+        rest = b""
+        while data := rest + handle.read(_PIECE_SIZE):
+            cut = data.rfind(b"\n") + 1 if len(data) > len(rest) else len(data)
+            if cut == 0:  # no line ends in the piece yet: read on (locate_error limits it)
+                rest = data
+                continue
+            piece, rest = pa.py_buffer(memoryview(data)[:cut]), data[cut:]
+            try:
+                table = pacsv.read_csv(piece, **csv_options(layout, skip))
+            except pa.ArrowInvalid as err:
+                raise locate_error(file, layout, str(err)) from None
+            skip = False
+            rows += table.num_rows
+            yield table
+    if rows == 0:
+        raise VaecfError(f"{file.label}: no data rows (header only?)")
+
+
+def _check_not_empty(file: DataFile) -> None:
+    if file.path.stat().st_size == 0:
+        raise VaecfError(f"{file.label}: file is empty")
 
 
 def checked_rows(file: DataFile, layout: CsvLayout, table: pa.Table) -> Rows:
