@@ -229,6 +229,7 @@ def read_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
             piece = pieces[index]
             form = forms[piece.file]
             report = Report(index, piece.file)
+            found: Iterator[tuple[Rows, int | None]]
             if form.layout is None:
                 found = ((rows, None) for rows in _parquet_rows(piece, form, report))
             else:
