@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from fake_apiserver import FakeApiServer, Scenario
 from test_launch_mpijob import JOB, RUN_ID, publish_model
 
+from vaecf.errors import VaecfError
 from vaecf.io import publish, write_manifest
 from vaecf.io.storage import download_dir
 from vaecf.k8s import inferenceservice, render
@@ -110,6 +112,16 @@ def test_rendering_keeps_the_template_s_policy() -> None:
     assert spec["securityContext"] == container(template)["securityContext"]
     assert spec["resources"] == container(template)["resources"]
     assert service["metadata"]["labels"][render.RUN_ID_LABEL] == "r-1"
+
+
+@pytest.mark.parametrize("name", ["recs\n", "Recs", "1recs", "recs-", "r" * 46])
+def test_a_service_name_is_a_whole_dns1035_label(name: str) -> None:
+    # "recs\n" passed the old check: its regex's "$" matches before a final newline.
+    params = inferenceservice.ServiceParams(name=name, namespace="ns", run_id="r",
+                                            image=IMAGE, storage_uri="s3://bucket/m")
+    with pytest.raises(VaecfError, match="expected a DNS-1035 label"):
+        inferenceservice.validate(params)
+    inferenceservice.validate(dataclasses.replace(params, name="recs-2"))
 
 
 def test_unknown_template_fields_are_refused_and_warnings_shown(env, cli) -> None:

@@ -43,7 +43,7 @@ def default_template() -> Path:
 def validate(params: ServiceParams) -> None:
     """Refuse bad parameters before anything reaches the cluster."""
     checks = [
-        (bool(render._DNS1035.match(params.name)) and len(params.name) <= 45,
+        (render.dns1035_label(params.name, 45),
          f"--name {params.name!r}: expected a DNS-1035 label of at most 45 characters "
          "(KServe appends '-predictor-...' to it)"),
         (render.dns_label(params.namespace), f"--namespace {params.namespace[:80]!r}: "

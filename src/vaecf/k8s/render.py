@@ -46,6 +46,12 @@ def dns_label(value: str) -> bool:
     return bool(_LABEL.match(value)) and len(value) <= 63
 
 
+def dns1035_label(value: str, longest: int) -> bool:
+    """A DNS-1035 label (a name the cluster builds others from): a-z first, then a-z, 0-9,
+    '-', no '-' last, at most ``longest`` characters."""
+    return bool(_DNS1035.fullmatch(value)) and len(value) <= longest  # no "\n" after "$"
+
+
 def dns_subdomain(value: str) -> bool:
     """A DNS-1123 subdomain (a Secret's or ServiceAccount's name): at most 253 characters."""
     return bool(_DNS1123.match(value)) and len(value) <= 253
@@ -120,7 +126,7 @@ def validate(params: MPIJobParams) -> None:
     """Refuse bad parameters before anything is created (a bad input must not hold GPUs)."""
     worker = f"{params.name}-worker-{max(params.workers, 1) - 1}"
     checks: list[tuple[bool, str]] = [
-        (bool(_DNS1035.match(worker)) and len(worker) <= 63,
+        (dns1035_label(worker, 63),
          f"job name {params.name!r}: its pod {worker!r} would not be a DNS-1035 label "
          "(a-z, 0-9, '-', <= 63 chars), which mpi-operator requires"),
         (dns_label(params.namespace), f"--namespace {params.namespace[:80]!r}: expected a "

@@ -79,8 +79,7 @@ class SparkAppParams:
 def validate(params: SparkAppParams) -> None:
     """Refuse bad parameters before anything is created."""
     checks: list[tuple[bool, str]] = [
-        (bool(re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", params.name))
-         and len(params.name) <= MAX_NAME,
+        (render.dns1035_label(params.name, MAX_NAME),
          f"application name {params.name!r}: expected a DNS-1035 label of <= {MAX_NAME} "
          "characters (the operator refuses others)"),
         (render.dns_label(params.namespace), f"--namespace {params.namespace[:80]!r}: "
