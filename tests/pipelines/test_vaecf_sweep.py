@@ -20,7 +20,7 @@ from fake_kfp_api import FakeKfp, serve
 from pipelines.vaecf_sweep import DEFAULT_TRIALS, PARALLELISM, compile_sweep, load_trials
 from vaecf.cli import build_parser
 from vaecf.stages.tune import collected_paths
-from vaecf.tuning.space import parse_trial
+from vaecf.tuning.space import DEFAULT_SPACE, parse_trial, trials
 
 ROOT = Path(__file__).resolve().parents[2]
 KFP = Path(sys.executable).with_name("kfp")
@@ -73,11 +73,9 @@ def test_the_dag_fans_out_over_the_trials_and_in_to_one_test(compiled) -> None:
     assert collected["models"]["isArtifactList"] and collected["evaluations"]["isArtifactList"]
 
 
-def test_every_default_trial_is_a_valid_search_point() -> None:
-    assert len(DEFAULT_TRIALS) == len(set(DEFAULT_TRIALS)) >= 4
-    trials = [parse_trial(text, "trial") for text in DEFAULT_TRIALS]  # each a valid point
-    searched = {k for k in trials[0] if len({json.dumps(t.get(k)) for t in trials}) > 1}
-    assert {"beta_cap", "anneal_steps", "learning_rate", "dropout", "epochs"} <= searched
+def test_the_default_trials_are_vaecf_tunes_default_grid() -> None:
+    points = [parse_trial(text, "trial") for text in DEFAULT_TRIALS]  # each a valid point
+    assert points == trials(DEFAULT_SPACE, 1000, seed=0)  # the whole grid, in order
 
 
 def test_each_step_passes_flags_its_cli_accepts(compiled) -> None:
@@ -114,8 +112,8 @@ def test_the_fan_in_reads_the_collected_artifacts_in_order() -> None:
 
 def test_trials_from_a_file_are_compiled_in(tmp_path: Path) -> None:
     (tmp_path / "trials.json").write_text('[{"beta_cap": 0.3}, {"beta_cap": 0.5, "epochs": 9}]')
-    trials = load_trials(tmp_path / "trials.json")
-    path = compile_sweep(tmp_path / "sweep.yaml", parallelism=2, trials=trials)
+    listed = load_trials(tmp_path / "trials.json")
+    path = compile_sweep(tmp_path / "sweep.yaml", parallelism=2, trials=listed)
     loop = next(yaml.safe_load_all(path.read_text()))["root"]["dag"]["tasks"]["for-loop-2"]
     assert json.loads(loop["parameterIterator"]["items"]["raw"]) == [
         '{"beta_cap": 0.3}', '{"beta_cap": 0.5, "epochs": 9}']

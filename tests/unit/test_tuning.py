@@ -17,10 +17,17 @@ def test_a_small_grid_is_taken_whole_in_order() -> None:
 
 
 def test_a_large_grid_is_sampled_without_repeats_by_the_seed() -> None:
-    first = trials(DEFAULT_SPACE, 6, seed=3)  # 3 * 2 * 3 * 2 * 2 = 72 grid points
-    assert first == trials(DEFAULT_SPACE, 6, seed=3) and first != trials(DEFAULT_SPACE, 6, 4)
+    space = {**DEFAULT_SPACE, "beta_cap": [0.1, 0.2, 0.4], "epochs": [20, 50]}  # 24 points
+    first = trials(space, 6, seed=3)
+    assert first == trials(space, 6, seed=3) and first != trials(space, 6, 4)
     assert len({tuple(t.values()) for t in first}) == 6
-    assert all(t["beta_cap"] in DEFAULT_SPACE["beta_cap"] for t in first)
+    assert all(t["beta_cap"] in space["beta_cap"] for t in first)
+
+
+def test_the_default_space_is_the_grid_the_default_trials_take_whole() -> None:
+    grid = trials(DEFAULT_SPACE, 8, seed=0)
+    assert len(grid) == 8 == len({tuple(t.values()) for t in grid})
+    assert grid == trials(DEFAULT_SPACE, 8, seed=1)  # a whole grid: no sample, no seed
 
 
 def test_train_flags_skip_a_null_anneal_schedule() -> None:

@@ -42,12 +42,17 @@ OFF: dict[str, Any] = {"kl_per_item": None, "composite_prior": False, "alternate
 # the most bytes of a space given as a file (``--space @file``).
 GRID_LIMIT = 10**6
 SPACE_LIMIT = 1024 * 1024
-# The default space: the paper tuned the beta cap (its best on ML-20M: 0.2); the others are the
-# settings whose defaults matter most on small data. ``anneal_steps`` null: beta reaches its
-# cap at the run's last step (the ``vaecf train`` default); 0: the cap from the start.
+# The default space: the 8-point grid that `vaecf tune --trials 8` (its default) takes whole.
+# It is what remained of the earlier 72-point grid (beta cap 0.1/0.2/0.4, both schedules,
+# learning rate 3e-4/1e-3/3e-3, dropout 0.3/0.5, 20/50 epochs) once every value was dropped
+# whose best trial was the worst of its hyperparameter's on every measured set (the whole grid
+# on CiteULike-a and on the synthetic demo split, README "Tuning"): beta cap 0.4, learning rate
+# 3e-3, dropout 0.5 and 20 epochs. Both schedules stay: each was the worse one on one set.
+# ``anneal_steps`` null: beta reaches its cap at the run's last step (``vaecf train``'s
+# default); 0: the cap from the start.
 DEFAULT_SPACE: dict[str, list[Any]] = {
-    "beta_cap": [0.1, 0.2, 0.4], "anneal_steps": [None, 0],
-    "learning_rate": [3e-4, 1e-3, 3e-3], "dropout": [0.3, 0.5], "epochs": [20, 50]}
+    "beta_cap": [0.1, 0.2], "anneal_steps": [None, 0], "learning_rate": [3e-4, 1e-3],
+    "dropout": [0.3], "epochs": [50]}
 
 
 def check_trial(trial: Mapping[str, Any], where: str) -> dict[str, Any]:
