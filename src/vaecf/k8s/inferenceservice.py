@@ -46,18 +46,12 @@ def validate(params: ServiceParams) -> None:
         (render.dns1035_label(params.name, 45),
          f"--name {params.name!r}: expected a DNS-1035 label of at most 45 characters "
          "(KServe appends '-predictor-...' to it)"),
-        (render.dns_label(params.namespace), f"--namespace {params.namespace[:80]!r}: "
-         "expected a DNS-1123 label (a-z, 0-9, '-', <= 63 chars, no '.')"),
-        (render.dns_subdomain(params.service_account), f"--service-account "
-         f"{params.service_account[:80]!r}: expected a DNS-1123 name (<= 253 chars)"),
-        (render.image_ref(params.image),
-         f"--image {params.image!r}: expected registry/name[:tag][@sha256:digest]"),
+        *render.resource_checks(params.namespace, params.image, "--service-account",
+                                params.service_account),
         (is_s3(params.storage_uri),
          f"model {params.storage_uri!r}: KServe's storage initializer needs an s3:// URI"),
     ]
-    for ok, message in checks:
-        if not ok:
-            raise VaecfError(message)
+    render.refuse_failed(checks)
     split_s3(params.storage_uri)  # raises on a malformed bucket
 
 

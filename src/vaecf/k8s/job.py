@@ -410,6 +410,22 @@ def tombstone(store: str, run: JobRun) -> str:
     return f"{store.rstrip('/')}/{run.name}/deleted"
 
 
+def check_published(flag: str, given: str, stage: str, made_by: str) -> None:
+    """``given`` must be a complete output of the command ``made_by`` (whose manifest names
+    ``stage``), checked before anything is created: on S3 its ``_SUCCESS`` marker and manifest,
+    locally the manifest and the checksums it lists."""
+    from vaecf.io import manifest_name, open_input, read_manifest
+
+    if storage.is_s3(given):
+        missing = {storage.SUCCESS_MARKER, manifest_name(stage)} - set(storage.list_keys(given))
+        if missing:
+            raise VaecfError(f"{flag} {given}: missing {', '.join(sorted(missing))} "
+                             f"(not a published '{made_by}' output)")
+        return
+    with open_input(given) as local:
+        read_manifest(local, stage)
+
+
 def refuse_deleted(store: str, run: JobRun, run_id: str) -> None:
     """A job an operator deleted under an earlier attempt is never created again."""
     marker = tombstone(store, run)

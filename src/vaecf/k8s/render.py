@@ -122,6 +122,26 @@ def run_label(run_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "-", run_id)[:63].strip("-._")
 
 
+def resource_checks(namespace: str, image: str, account_flag: str,
+                    account: str) -> list[tuple[bool, str]]:
+    """The checks every rendered resource makes of its namespace, its image and the name of its
+    credentials (a Secret or a ServiceAccount), each with its one-line refusal."""
+    return [
+        (dns_label(namespace), f"--namespace {namespace[:80]!r}: expected a "
+         "DNS-1123 label (a-z, 0-9, '-', <= 63 chars, no '.')"),
+        (dns_subdomain(account), f"{account_flag} {account[:80]!r}: "
+         "expected a DNS-1123 name (<= 253 chars)"),
+        (image_ref(image), f"--image {image!r}: expected registry/name[:tag][@sha256:digest]"),
+    ]
+
+
+def refuse_failed(checks: list[tuple[bool, str]]) -> None:
+    """Raise the message of the first check that failed."""
+    for ok, message in checks:
+        if not ok:
+            raise VaecfError(message)
+
+
 def validate(params: MPIJobParams) -> None:
     """Refuse bad parameters before anything is created (a bad input must not hold GPUs)."""
     worker = f"{params.name}-worker-{max(params.workers, 1) - 1}"
@@ -129,12 +149,7 @@ def validate(params: MPIJobParams) -> None:
         (dns1035_label(worker, 63),
          f"job name {params.name!r}: its pod {worker!r} would not be a DNS-1035 label "
          "(a-z, 0-9, '-', <= 63 chars), which mpi-operator requires"),
-        (dns_label(params.namespace), f"--namespace {params.namespace[:80]!r}: expected a "
-         "DNS-1123 label (a-z, 0-9, '-', <= 63 chars, no '.')"),
-        (dns_subdomain(params.secret_name), f"--secret-name {params.secret_name[:80]!r}: "
-         "expected a DNS-1123 name (<= 253 chars)"),
-        (image_ref(params.image),
-         f"--image {params.image!r}: expected registry/name[:tag][@sha256:digest]"),
+        *resource_checks(params.namespace, params.image, "--secret-name", params.secret_name),
         (1 <= params.workers <= MAX_WORKERS,
          f"--workers {params.workers}: expected 1..{MAX_WORKERS}"),
         ((params.active_deadline_seconds or 1) >= 1,
@@ -158,9 +173,7 @@ def validate(params: MPIJobParams) -> None:
          f"--nccl-debug {params.nccl_debug!r}: expected one of "
          f"{', '.join(NCCL_DEBUG_LEVELS)}"),
     ]
-    for ok, message in checks:
-        if not ok:
-            raise VaecfError(message)
+    refuse_failed(checks)
     uris = [("split", params.split_uri), ("model", params.model_uri),
             ("checkpoint", params.checkpoint_uri)]
     if params.tensorboard_uri:

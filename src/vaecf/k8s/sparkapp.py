@@ -17,7 +17,6 @@ it to FAILED), so the step fails on it at once.
 from __future__ import annotations
 
 import copy
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,12 +81,8 @@ def validate(params: SparkAppParams) -> None:
         (render.dns1035_label(params.name, MAX_NAME),
          f"application name {params.name!r}: expected a DNS-1035 label of <= {MAX_NAME} "
          "characters (the operator refuses others)"),
-        (render.dns_label(params.namespace), f"--namespace {params.namespace[:80]!r}: "
-         "expected a DNS-1123 label (a-z, 0-9, '-', <= 63 chars, no '.')"),
-        (render.dns_subdomain(params.secret_name), f"--secret-name "
-         f"{params.secret_name[:80]!r}: expected a DNS-1123 name (<= 253 chars)"),
-        (render.image_ref(params.image),
-         f"--image {params.image!r}: expected registry/name[:tag][@sha256:digest]"),
+        *render.resource_checks(params.namespace, params.image, "--secret-name",
+                                params.secret_name),
         (1 <= params.executors <= MAX_EXECUTORS,
          f"--executors {params.executors}: expected 1..{MAX_EXECUTORS}"),
         (1 <= params.driver_cores <= 64, f"--driver-cores {params.driver_cores}: expected 1..64"),
@@ -100,18 +95,13 @@ def validate(params: SparkAppParams) -> None:
         ((params.active_deadline_seconds or 1) >= 1,
          f"activeDeadlineSeconds {params.active_deadline_seconds}: expected >= 1"),
     ]
-    for ok, message in checks:
-        if not ok:
-            raise VaecfError(message)
+    render.refuse_failed(checks)
 
 
 def default_template() -> Path:
     """``$VAECF_SPARKAPP_TEMPLATE`` (set in the launcher image), else the repository's
     ``manifests/spark/sparkapplication.yaml``."""
-    configured = os.environ.get(TEMPLATE_ENV)
-    if configured:
-        return Path(configured)
-    return Path(__file__).resolve().parents[3] / "manifests" / "spark" / "sparkapplication.yaml"
+    return render.default_template(TEMPLATE_ENV, "spark/sparkapplication.yaml")
 
 
 def load_template(path: Path) -> dict[str, Any]:

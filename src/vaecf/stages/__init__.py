@@ -112,6 +112,29 @@ def finite_positive(text: str) -> float:
     return value
 
 
+def launcher_flags(parser: argparse.ArgumentParser, *, resource: str, image: str,
+                   secret_for: str, template: str, timeout: float) -> None:
+    """The flags of a step that runs its work as a Kubernetes resource (``launch-mpijob``,
+    ``launch-sparkapp``): the run id that names the resource, its image and namespace, the S3
+    Secret, the template, and the deadlines."""
+    from vaecf.k8s.client import REQUEST_TIMEOUT
+
+    parser.add_argument("--run-id", required=True,
+                        help=f"pipeline run id; the {resource}'s name is derived from it")
+    parser.add_argument("--image", required=True, help=image)
+    parser.add_argument("--namespace", help="default: this pod's namespace, else 'default'")
+    parser.add_argument("--secret-name", default="vaecf-s3",
+                        help="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                             f"AWS_ENDPOINT_URL for {secret_for}")
+    # A str, not a Path: Path("s3://b/k") is the local "s3:/b/k", which the check would miss.
+    location(parser, "--template", Role.LOCAL_FILE, default=None, help=template)
+    parser.add_argument("--timeout", type=finite_positive, default=timeout,
+                        help=f"seconds before the {resource} is deleted and the step fails "
+                             "(also its activeDeadlineSeconds, which stops it if the step dies)")
+    parser.add_argument("--request-timeout", type=finite_positive, default=REQUEST_TIMEOUT,
+                        help="seconds each Kubernetes API call may wait for an answer")
+
+
 def run_stage(stage: str, parser: argparse.ArgumentParser, argv: list[str] | None,
               body: Callable[[argparse.Namespace], None]) -> int:
     """Parse ``argv`` and run ``body``; a ``VaecfError`` becomes one line on stderr, exit 1.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from vaecf import log
 from vaecf.errors import VaecfError
-from vaecf.io import open_input, read_manifest, storage
+from vaecf.io import open_input, read_manifest
 from vaecf.io.roles import Role
 from vaecf.k8s import client, render
 from vaecf.k8s import inferenceservice as isvc
@@ -47,9 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def model_uri(args: argparse.Namespace) -> str:
     """Where the train step's MPIJob wrote the model (``<store>/<job>/model``)."""
-    store = args.store.rstrip("/")
-    if not storage.is_s3(store):
-        raise VaecfError(f"--store {args.store!r}: expected an s3:// prefix")
+    store = args.store.rstrip("/")  # an s3:// prefix (its role, checked before the stage runs)
     return f"{store}/{render.job_name(args.run_id)}/model"
 
 

@@ -17,11 +17,10 @@ import shutil
 from pathlib import Path
 
 from vaecf import log
-from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, read_manifest, storage
 from vaecf.io.roles import Role
 from vaecf.k8s import client, job, mpijob, render
-from vaecf.stages import finite_positive, location, new_parser, run_stage, seed
+from vaecf.stages import launcher_flags, location, new_parser, run_stage, seed
 from vaecf.train.scaling import LR_RULES
 from vaecf.tuning.space import SEARCHABLE, parse_trial, train_flags
 
@@ -36,10 +35,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where the trained model directory is published (dir or s3://)")
     location(parser, "--store", Role.STORE, required=True,
                         help="s3:// prefix the MPIJob reads and writes (<store>/<job>/...)")
-    parser.add_argument("--run-id", required=True,
-                        help="pipeline run id; the job name is derived from it")
-    parser.add_argument("--image", required=True, help="train image of launcher and workers")
-    parser.add_argument("--namespace", help="default: this pod's namespace, else 'default'")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--gpus-per-worker", type=int, default=1)
     parser.add_argument("--slots-per-worker", type=int,
@@ -65,19 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--nccl-debug", default="WARN",
                         help="NCCL_DEBUG of every rank (INFO shows the transport, e.g. "
                              "NET/IB or NET/Socket)")
-    parser.add_argument("--secret-name", default="vaecf-s3",
-                        help="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
-                             "AWS_ENDPOINT_URL for the MPIJob's pods")
-    # A str, not a Path: Path("s3://b/k") is the local "s3:/b/k", which the check would miss.
-    location(parser, "--template", Role.LOCAL_FILE, default=None,
-                        help="MPIJob template (default: $VAECF_MPIJOB_TEMPLATE or "
-                             "manifests/mpijob.yaml)")
-    parser.add_argument("--timeout", type=finite_positive, default=48 * 3600,
-                        help="seconds before the job is deleted and the step fails (also the "
-                             "job's activeDeadlineSeconds, which stops it if the step dies)")
-    parser.add_argument("--request-timeout", type=finite_positive,
-                        default=client.REQUEST_TIMEOUT,
-                        help="seconds each Kubernetes API call may wait for an answer")
+    launcher_flags(parser, resource="job", image="train image of launcher and workers",
+                   secret_for="the MPIJob's pods",
+                   template="MPIJob template (default: $VAECF_MPIJOB_TEMPLATE or "
+                            "manifests/mpijob.yaml)", timeout=48 * 3600)
     parser.add_argument("--tensorboard", action=argparse.BooleanOptionalAction, default=True,
                         help="rank 0 writes TensorBoard event files to "
                              "<store>/<job>/tensorboard (point TensorBoard at <store>/)")
@@ -90,9 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def params_from_args(args: argparse.Namespace) -> render.MPIJobParams:
     name = render.job_name(args.run_id)
-    store = args.store.rstrip("/")
-    if not storage.is_s3(store):
-        raise VaecfError(f"--store {args.store!r}: expected an s3:// prefix")
+    store = args.store.rstrip("/")  # an s3:// prefix (its role, checked before the stage runs)
     trial = parse_trial(args.hyperparameters, "--hyperparameters")
     epochs = trial.pop("epochs", args.epochs)
     return render.MPIJobParams(
@@ -110,24 +94,11 @@ def params_from_args(args: argparse.Namespace) -> render.MPIJobParams:
         train_flags=tuple(train_flags(trial)), active_deadline_seconds=math.ceil(args.timeout))
 
 
-def check_split(split: str) -> None:
-    """The split must be a complete ``vaecf split`` output before any GPU is asked for."""
-    if storage.is_s3(split):
-        keys = set(storage.list_keys(split))
-        missing = {storage.SUCCESS_MARKER, f"{SPLIT_STAGE}_manifest.json"} - keys
-        if missing:
-            raise VaecfError(f"--split {split}: missing {', '.join(sorted(missing))} "
-                             "(not a published 'vaecf split' output)")
-        return
-    with open_input(split) as local:
-        read_manifest(local, SPLIT_STAGE)
-
-
 def launch(args: argparse.Namespace) -> None:
     params = params_from_args(args)
     template = Path(args.template) if args.template else render.default_template()
     body = render.render(render.load_template(template), params)
-    check_split(args.split)
+    job.check_published("--split", args.split, SPLIT_STAGE, "vaecf split")
     storage.check_bucket(params.model_uri)
     run = job.JobRun(client.api_client(), mpijob.KIND, params.namespace, params.name,
                      container=render.container(body["spec"], "Launcher")["name"],

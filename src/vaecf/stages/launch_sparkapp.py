@@ -22,11 +22,10 @@ from pathlib import Path
 
 from vaecf import log
 from vaecf.data.preprocess import PROTOCOLS
-from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, read_manifest, storage
 from vaecf.io.roles import Role
 from vaecf.k8s import client, job, sparkapp
-from vaecf.stages import finite_positive, location, new_parser, run_stage, seed
+from vaecf.stages import launcher_flags, location, new_parser, run_stage, seed
 
 STAGE = "launch-sparkapp"
 # vaecf stage -> (the manifest stage of what it reads, of what it writes)
@@ -48,10 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
              help="where the stage's output is published (dir or s3://)")
     location(parser, "--store", Role.STORE, required=True,
              help="s3:// prefix the application reads and writes (<store>/<app>/...)")
-    parser.add_argument("--run-id", required=True,
-                        help="pipeline run id; the application's name is derived from it")
-    parser.add_argument("--image", required=True, help="the Spark image (vaecf-spark)")
-    parser.add_argument("--namespace", help="default: this pod's namespace, else 'default'")
     parser.add_argument("--protocol", choices=PROTOCOLS, default="mission",
                         help="the stage's --protocol")
     parser.add_argument("--seed", type=seed, default=98765, help="split's --seed")
@@ -60,18 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--executor-memory", default="4g", help="JVM heap per executor")
     parser.add_argument("--driver-cores", type=int, default=1)
     parser.add_argument("--driver-memory", default="4g", help="JVM heap of the driver")
-    parser.add_argument("--secret-name", default="vaecf-s3",
-                        help="Secret with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
-                             "AWS_ENDPOINT_URL for the driver")
-    location(parser, "--template", Role.LOCAL_FILE, default=None,
-             help="SparkApplication template (default: $VAECF_SPARKAPP_TEMPLATE or "
-                  "manifests/spark/sparkapplication.yaml)")
-    parser.add_argument("--timeout", type=finite_positive, default=24 * 3600,
-                        help="seconds before the application is deleted and the step fails "
-                             "(also the driver pod's activeDeadlineSeconds)")
-    parser.add_argument("--request-timeout", type=finite_positive,
-                        default=client.REQUEST_TIMEOUT,
-                        help="seconds each Kubernetes API call may wait for an answer")
+    launcher_flags(parser, resource="application", image="the Spark image (vaecf-spark)",
+                   secret_for="the driver",
+                   template="SparkApplication template (default: $VAECF_SPARKAPP_TEMPLATE or "
+                            "manifests/spark/sparkapplication.yaml)", timeout=24 * 3600)
     return parser
 
 
@@ -88,24 +75,8 @@ def stage_command(args: argparse.Namespace, input_uri: str, output_uri: str) -> 
     return command
 
 
-def check_input(stage: str, given: str) -> None:
-    """The input must be a complete output of the stage before (its manifest, checksums)."""
-    wanted = STAGES[stage][0]
-    if storage.is_s3(given):
-        keys = set(storage.list_keys(given))
-        missing = {storage.SUCCESS_MARKER, manifest_name(wanted)} - keys
-        if missing:
-            raise VaecfError(f"--input {given}: missing {', '.join(sorted(missing))} "
-                             f"(not a published 'vaecf {stage}' input)")
-        return
-    with open_input(given) as local:
-        read_manifest(local, wanted)
-
-
 def launch(args: argparse.Namespace) -> None:
-    store = args.store.rstrip("/")
-    if not storage.is_s3(store):
-        raise VaecfError(f"--store {args.store!r}: expected an s3:// prefix")
+    store = args.store.rstrip("/")  # an s3:// prefix (its role, checked before the stage runs)
     name = job.job_name(args.run_id, f"vaecf-{args.stage}", sparkapp.MAX_NAME)
     input_uri = args.input if storage.is_s3(args.input) else f"{store}/{name}/input"
     output_uri = f"{store}/{name}/output"
@@ -118,7 +89,8 @@ def launch(args: argparse.Namespace) -> None:
         active_deadline_seconds=math.ceil(args.timeout))
     template = Path(args.template) if args.template else sparkapp.default_template()
     body = sparkapp.render_app(sparkapp.load_template(template), params)
-    check_input(args.stage, args.input)
+    wanted = STAGES[args.stage][0]
+    job.check_published("--input", args.input, wanted, f"vaecf {wanted}")
     storage.check_bucket(output_uri)
     run = job.JobRun(client.api_client(), sparkapp.KIND, params.namespace, name,
                      container=sparkapp.ROLES["driver"], request_timeout=args.request_timeout)
