@@ -20,6 +20,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -616,3 +620,17 @@ class FakeApiServer:
         }
         path.write_text(json.dumps(config))
         return path
+
+
+def sigterm_once_watching(server: FakeApiServer, args: list[str]) -> tuple[int, str]:
+    """Run ``vaecf <args>`` in a child process, send it SIGTERM once it watches its resource (as
+    the kubelet does when a KFP run is cancelled), and return its exit code and stderr."""
+    process = subprocess.Popen([sys.executable, "-m", "vaecf.cli", *args], env=dict(os.environ),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.cluster.watching.wait(timeout=120), "the launcher never watched"
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    return process.returncode, err

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_apiserver import FakeApiServer, Scenario
+from fake_apiserver import FakeApiServer, Scenario, sigterm_once_watching
 
 from vaecf.io import publish, read_manifest, storage, write_manifest
 from vaecf.k8s import inferenceservice, render
@@ -153,16 +153,8 @@ def test_timeout_deletes_the_job_and_says_why_it_was_stuck(env, cli, monkeypatch
 
 def test_sigterm_deletes_the_job(env, monkeypatch) -> None:
     with serve(env, monkeypatch, Scenario(states=["Running"])) as server:
-        process = subprocess.Popen([sys.executable, "-m", "vaecf.cli", *argv(env)],
-                                   env=dict(os.environ), stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)
-        try:
-            assert server.cluster.watching.wait(timeout=120), "the launcher never watched"
-            process.send_signal(signal.SIGTERM)
-            _, err = process.communicate(timeout=120)
-        finally:
-            process.kill()
-    assert process.returncode == 1
+        code, err = sigterm_once_watching(server, argv(env))
+    assert code == 1
     assert err.strip().endswith(f"mpijob team-a/{JOB}: cancelled by SIGTERM; deleted the job")
     assert [r.path.rsplit("/", 1)[-1] for r in server.cluster.seen("DELETE")] == [JOB]
     assert JOB not in server.cluster.jobs

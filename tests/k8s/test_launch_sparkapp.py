@@ -5,17 +5,13 @@ holding the staged input and the output the driver publishes."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from fake_apiserver import FakeApiServer, Scenario, crd_schema
+from fake_apiserver import FakeApiServer, Scenario, crd_schema, sigterm_once_watching
 
 from vaecf.cli import build_parser
 from vaecf.io import publish, read_manifest, storage, write_manifest
@@ -162,16 +158,8 @@ def test_an_existing_application_is_attached_not_recreated(env, cli, monkeypatch
 
 def test_sigterm_deletes_the_application(env, monkeypatch) -> None:
     with serve(env, monkeypatch, states=["SUBMITTED", "RUNNING"]) as server:
-        process = subprocess.Popen([sys.executable, "-m", "vaecf.cli", *argv(env)],
-                                   env=dict(os.environ), stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)
-        try:
-            assert server.cluster.watching.wait(timeout=120), "the launcher never watched"
-            process.send_signal(signal.SIGTERM)
-            _, err = process.communicate(timeout=120)
-        finally:
-            process.kill()
-    assert process.returncode == 1
+        code, err = sigterm_once_watching(server, argv(env))
+    assert code == 1
     assert err == (f"vaecf launch-sparkapp: error: sparkapplication team-a/{APP['preprocess']}: "
                    "cancelled by SIGTERM; deleted the job\n")
     (delete,) = server.cluster.seen("DELETE")
