@@ -43,9 +43,11 @@ $(STAMP): requirements.lock pyproject.toml
 test: install
 	$(BIN)/pytest -q tests
 
+# lint-imports: the layers of docs/concepts/architecture.md (contracts in pyproject.toml).
 lint: install
 	$(BIN)/ruff check src tests components pipelines
 	$(BIN)/mypy
+	PYTHONPATH=src:. $(BIN)/lint-imports
 
 demo: install
 	$(BIN)/vaecf demo --dataset $(DATASET) $(if $(SOURCE),--source $(SOURCE)) --output $(STORE)

@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # The pipeline's tool image: the train step (`vaecf launch-mpijob`: creates and watches the
 # MPIJob, copies the model out of object storage), the Spark steps (`vaecf launch-sparkapp`),
-# the report step (`python -m vaecf.k8s.kfp_report`) and the optional serve step (`vaecf
+# the report step (`python -m vaecf.stages.kfp_report`) and the optional serve step (`vaecf
 # deploy`). No TensorFlow: the training runs in the MPIJob's pods.
 # Build from the repository root:
 #   docker build -f docker/launcher.Dockerfile -t vaecf-launcher:0.1.0 .

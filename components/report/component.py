@@ -1,7 +1,7 @@
 """``vaecf report`` as a KFP container component, with outputs the KFP UI shows.
 
 The report itself is a directory (``report.md``, ``report.html``, ``report.json``, manifest);
-``vaecf.k8s.kfp_report`` runs ``vaecf report`` with the flags after ``--`` and then copies the
+``vaecf.stages.kfp_report`` runs ``vaecf report`` with the flags after ``--`` and then copies the
 Markdown and HTML into their typed artifacts and logs the scalar metrics on the ``metrics``
 artifact (system.Metrics) through KFP's executor output, which is what the run page and the
 run-compare page read.
@@ -17,12 +17,12 @@ EXECUTOR_INPUT = "{{$}}"  # KFP's executor input JSON (it names the executor out
 
 def kfp_report_spec(report: Output[Artifact], markdown: Output[Markdown], html: Output[HTML],
                     metrics: Output[Metrics], *report_args: object) -> dsl.ContainerSpec:
-    """``vaecf report --output <report> <report_args>`` through ``vaecf.k8s.kfp_report``,
+    """``vaecf report --output <report> <report_args>`` through ``vaecf.stages.kfp_report``,
     which then fills the Markdown, HTML and metrics artifacts (the run report's and the
     sweep's)."""
     return dsl.ContainerSpec(
         image=DEFAULT.launcher,  # has matplotlib for the plots; no TensorFlow needed
-        command=["python", "-m", "vaecf.k8s.kfp_report"],
+        command=["python", "-m", "vaecf.stages.kfp_report"],
         args=["--executor-input", EXECUTOR_INPUT, "--markdown", markdown.path,
               "--html", html.path, "--metrics-artifact", "metrics",
               "--metrics-path", metrics.path, "--", "--output", report.path, *report_args],

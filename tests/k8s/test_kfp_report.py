@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vaecf.k8s import kfp_report
+from vaecf.stages import kfp_report
 
 METRICS = {
     "subset": "test", "model": "/kfp/model", "device": "CPU", "n_items": 300,

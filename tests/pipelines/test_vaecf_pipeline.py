@@ -24,7 +24,8 @@ from pipelines.vaecf_pipeline import compile_pipeline
 from vaecf import cli
 from vaecf.cli import build_parser
 from vaecf.errors import VaecfError
-from vaecf.k8s import kfp_report, render
+from vaecf.k8s import render
+from vaecf.stages import kfp_report
 from vaecf.stages import MAX_SEED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +97,7 @@ def test_images_and_commands(compiled) -> None:
                 "split": (default.data, ["vaecf", "split"]),
                 "train": (default.launcher, ["vaecf", "launch-mpijob"]),
                 "evaluate": (default.train, ["vaecf", "evaluate"]),
-                "report": (default.launcher, ["python", "-m", "vaecf.k8s.kfp_report"])}
+                "report": (default.launcher, ["python", "-m", "vaecf.stages.kfp_report"])}
     for task, (image, command) in expected.items():
         assert (container(spec, task)["image"], container(spec, task)["command"]) == (
             image, command), task

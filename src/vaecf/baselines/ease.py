@@ -28,8 +28,8 @@ import scipy.linalg
 import scipy.sparse as sp
 
 from vaecf.errors import VaecfError
+from vaecf.host import GIB, available_bytes
 from vaecf.log import Progress, heartbeat, info
-from vaecf.train.memory import GIB, available_bytes
 
 DEFAULT_LAMBDA = 500.0
 _GRAM_BLOCK = 2048

@@ -5,16 +5,14 @@ item-sized weights so that an item shard starts as the whole layer's slice."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import keras
 import tensorflow as tf
 
 from vaecf.model import loss, noise
 from vaecf.model import shard as item_shard
-
-if TYPE_CHECKING:  # the model imports this module
-    from vaecf.model.vae import SparseBatch
+from vaecf.model.batch import SparseBatch
 
 
 def add_bias(x: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-if TYPE_CHECKING:  # the model imports this module
-    from vaecf.model.vae import SparseBatch
+from vaecf.model.batch import SparseBatch
 
 
 def multinomial_nll(logits: tf.Tensor, batch: SparseBatch) -> tf.Tensor:

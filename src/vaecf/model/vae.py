@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from vaecf.model import loss, noise
 from vaecf.model import shard as item_shard
+from vaecf.model.batch import SparseBatch
 from vaecf.model.layers import Affine, ItemLogits, ItemRange, SparseDense, first_layer_form
 
 PAD_MULTIPLE = 8
@@ -78,22 +79,6 @@ def encoder(items: ItemRange, hidden: int, latent: int, seed: int, form: str, po
     for norm in norms:  # now, not at the first call: the variables exist before any call
         norm.build((None, hidden))
     return first, out, blocks, norms
-
-
-class SparseBatch(NamedTuple):
-    """A batch of users' items in coordinate form (padding entries have value 0).
-
-    Attributes:
-      rows: int64 [nnz], row of each entry in the batch (0..users-1).
-      item_idx: int64 [nnz], contiguous item index of each entry.
-      values: float32 [nnz], the entry (1 for an implicit positive, 0 for padding).
-      user_idx: int64 [users], global user index of each row (keys the random noise).
-    """
-
-    rows: tf.Tensor
-    item_idx: tf.Tensor
-    values: tf.Tensor
-    user_idx: tf.Tensor
 
 
 def padded_items(n_items: int) -> int:

@@ -7,9 +7,8 @@ split's item count, so the run is refused with one line instead.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from vaecf.errors import VaecfError
+from vaecf.host import GIB, available_bytes
 
 # Larger than any Mult-VAE that fits one device (1M items x 600 hidden is 1.2e9 parameters,
 # ~19 GB with Adam and gradients); beyond it, int32 shape arithmetic in TensorFlow's GPU
@@ -18,7 +17,6 @@ MAX_PARAMETERS = 2**31 - 1
 # Bytes per parameter: float32 weights, gradients and Adam's two moments (on the device), and
 # on the host the best epoch's weights and a checkpoint's copy of weights and moments.
 BYTES_PER_PARAMETER = 4 * 4
-GIB = 2**30
 
 
 def parameters(n_items: int, hidden: int, latent: int) -> int:
@@ -42,30 +40,6 @@ def training_bytes(n_items: int, hidden: int, latent: int, users: int,
 
     logits = users * (chunk or padded_items(n_items)) * 4 * 2
     return parameters(n_items, hidden, latent) * BYTES_PER_PARAMETER + logits
-
-
-def available_bytes() -> int | None:
-    """Memory this process may still take: ``MemAvailable``, capped by a cgroup's limit
-    (a container's); None where neither can be read (not Linux). Training's size check and
-    EASE's use it."""
-    found = []
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                found.append(int(line.split()[1]) * 1024)
-    except (OSError, ValueError):
-        pass
-    for limit, usage in (("memory.max", "memory.current"),  # cgroup v2, then v1
-                         ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
-        try:
-            cap = (Path("/sys/fs/cgroup") / limit).read_text().strip()
-            used = int((Path("/sys/fs/cgroup") / usage).read_text())
-        except (OSError, ValueError):
-            continue
-        if cap.isdigit() and int(cap) < 2**60:  # v1 reports "no limit" as ~2**63
-            found.append(max(0, int(cap) - used))
-        break
-    return min(found) if found else None
 
 
 def check_fits(n_items: int, hidden: int, latent: int, users: int, chunk: int | None) -> None:
