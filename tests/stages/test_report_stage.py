@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import zipfile
 from pathlib import Path
 
+import chromium
 import pytest
 
 from vaecf.report.benchstats import summarize
@@ -126,8 +126,6 @@ def test_rerun_gives_identical_files(cli, tmp_path: Path) -> None:
 
 
 def test_html_is_self_contained_and_renders_in_chromium(cli, tmp_path: Path) -> None:
-    from matplotlib.image import imread
-
     paths = write_inputs(tmp_path)
     out = tmp_path / "report"
     assert cli("report", "--output", out, "--train-log", paths["log"], "--metrics",
@@ -135,18 +133,8 @@ def test_html_is_self_contained_and_renders_in_chromium(cli, tmp_path: Path) -> 
     page = (out / "report.html").read_text()
     assert not PAGE_LINKS.search(page)
     assert page.count('src="data:image/png;base64,') >= 3  # curves, throughput, scaling
-    chromium = shutil.which("chromium")
-    if chromium is None:  # a prerequisite of `make test` (README, quick start)
-        pytest.fail("chromium not found on PATH: install it (Debian: sudo apt-get install "
-                    "chromium) to render the report", pytrace=False)
-    shot = tmp_path / "shot.png"
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                    "--no-first-run", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync",
-                    f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
-                    "--window-size=1200,2000", (out / "report.html").as_uri()],
-                   check=True, capture_output=True, timeout=120)
-    pixels = imread(shot)
+    pixels = chromium.screenshot((out / "report.html").as_uri(), tmp_path / "shot.png",
+                                 tmp_path / "profile")
     assert pixels.shape[:2] == (2000, 1200)
     assert pixels[..., :3].std() > 0.05  # a blank page has none
     assert (pixels[..., :3].mean(axis=2) < 0.5).mean() > 0.01  # some dark text and lines
