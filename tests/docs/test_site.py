@@ -127,8 +127,8 @@ def test_page_renders_in_chromium_with_its_navigation_and_assets(
     assets = set(re.findall(r'(?:href|src)="([^"#:]+\.(?:css|js|png|svg))"', html))
     assert assets, "the page asks for no stylesheet or script: not the theme's page"
     pixels = chromium.screenshot(f"{base}/{path}", tmp_path / "shot.png", tmp_path / "profile",
-                                 height=1000)
-    assert pixels.shape[:2] == (1000, 1200)
+                                 width=1400, height=1000)  # wide enough for the nav sidebar
+    assert pixels.shape[:2] == (1000, 1400)
     assert pixels[..., :3].std() > 0.05  # a blank or unstyled-white page has little
     assert (pixels[..., :3].mean(axis=2) < 0.5).mean() > 0.005  # dark text
     requested = {p.split("?")[0] for p, _ in seen}
