@@ -121,7 +121,8 @@ def test_the_crd_copy_is_the_one_its_provenance_names() -> None:
     (version,) = set(re.findall(r"Version: mpi-operator (v[\d.]+)", provenance))
     assert f"/{version}/manifests/base/kubeflow.org_mpijobs.yaml" in provenance
     assert "Apache License" in (CRD.parent / "LICENSE").read_text()
-    assert f"mpi-operator {version}" in (ROOT / "README.md").read_text()  # says what it matches
+    guide = ROOT / "docs" / "how-to" / "kubeflow-pipeline.md"
+    assert f"mpi-operator {version}" in guide.read_text()  # says what it matches
 
 
 def test_the_crd_check_rejects_a_broken_job() -> None:

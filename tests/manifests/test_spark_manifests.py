@@ -87,7 +87,8 @@ def test_the_crd_copy_is_the_one_its_provenance_names() -> None:
     assert (f"/{version}/charts/spark-operator-chart/crds/"
             "sparkoperator.k8s.io_sparkapplications.yaml") in provenance
     assert "Apache License" in (CRD.parent / "LICENSE").read_text()
-    assert f"spark-operator {version}" in (ROOT / "README.md").read_text()
+    guide = ROOT / "docs" / "how-to" / "spark-on-kubernetes.md"
+    assert f"spark-operator {version}" in guide.read_text()
 
 
 @pytest.mark.parametrize("name", sorted(APPS))

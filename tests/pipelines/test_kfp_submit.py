@@ -1,8 +1,9 @@
-"""README's ``kfp run submit``, run with the real kfp CLI against a KFP API server on loopback.
+"""The pipeline guide's ``kfp run submit``, run with the real kfp CLI against a KFP API server on
+loopback.
 
 The kfp CLI sends every ``key=value`` as a JSON string, and a KFP 2.x backend refuses a run
 whose parameter value is not of the kind the compiled pipeline declares (a number for an
-integer, kubeflow/pipelines#11607). So README's command, the same with no parameters and with
+integer, kubeflow/pipelines#11607). So the guide's command, the same with no parameters and with
 each parameter set alone, must create a run the backend's check accepts.
 """
 
@@ -25,15 +26,17 @@ from fake_kfp_api import FakeKfp, serve, validate_inputs
 from pipelines.vaecf_pipeline import compile_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "how-to" / "kubeflow-pipeline.md"  # shows the command users type
 KFP = Path(sys.executable).with_name("kfp")  # the kfp 2.13 CLI of this environment
 EXAMPLE_SOURCE = "s3://vaecf/raw/ml-20m.zip"  # for the one parameter without a default
 
 
 def readme_submit() -> tuple[list[str], dict[str, str]]:
-    """README's ``kfp run submit`` command: its arguments before the parameters, and those."""
-    text = (ROOT / "README.md").read_text()
+    """The pipeline guide's ``kfp run submit`` command: its arguments before the parameters,
+    and those."""
+    text = GUIDE.read_text()
     match = re.search(r"^kfp run submit (?:.*\\\n)*.*$", text, re.MULTILINE)
-    assert match, "README shows no `kfp run submit` command"
+    assert match, f"{GUIDE} shows no `kfp run submit` command"
     words = shlex.split(match.group(0).replace("\\\n", " "))
     params = [w for w in words if re.match(r"\w+=", w)]
     assert words[-len(params):] == params, words  # key=value pairs come last
@@ -61,7 +64,7 @@ def declared(workdir: Path) -> dict[str, Any]:
 
 
 def example(name: str, spec: dict[str, Any], readme: dict[str, str]) -> str:
-    """What a user would type for ``name``: README's value, else the default as text."""
+    """What a user would type for ``name``: the guide's value, else the default as text."""
     if name in readme:
         return readme[name]
     if "defaultValue" not in spec:
@@ -71,7 +74,7 @@ def example(name: str, spec: dict[str, Any], readme: dict[str, str]) -> str:
 
 
 def submit(kfp_api: FakeKfp, workdir: Path, params: dict[str, str]) -> dict[str, Any]:
-    """Run README's command with ``params`` as ``key=value``; the run the server created."""
+    """Run the guide's command with ``params`` as ``key=value``; the run the server created."""
     args, _ = readme_submit()
     before = len(kfp_api.runs)
     env = {**os.environ, "KF_PIPELINES_ENDPOINT": kfp_api.endpoint,

@@ -25,8 +25,7 @@ from vaecf import cli
 from vaecf.cli import build_parser
 from vaecf.errors import VaecfError
 from vaecf.k8s import render
-from vaecf.stages import kfp_report
-from vaecf.stages import MAX_SEED
+from vaecf.stages import MAX_SEED, kfp_report
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).with_name("vaecf_pipeline.golden.yaml")

@@ -1,5 +1,5 @@
 """The tuning sweep, compiled by the real KFP compiler and read back; submitted with the real
-kfp CLI to the KFP API on loopback, as README shows."""
+kfp CLI to the KFP API on loopback, as the pipeline guide shows."""
 
 from __future__ import annotations
 
@@ -126,9 +126,9 @@ def kfp_api() -> Iterator[FakeKfp]:
 
 
 def readme_sweep_submit() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "how-to" / "kubeflow-pipeline.md").read_text()
     match = re.search(r"^kfp run submit .*vaecf_sweep\.yaml(?:.*\\\n)*.*$", text, re.MULTILINE)
-    assert match, "README shows no `kfp run submit` of the sweep"
+    assert match, "the pipeline guide shows no `kfp run submit` of the sweep"
     return shlex.split(match.group(0).replace("\\\n", " "))[1:]
 
 

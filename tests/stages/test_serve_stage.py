@@ -639,13 +639,13 @@ def test_sigterm_stops_grpc_taking_calls_while_rest_drains(model: Path, expected
     assert process.process.wait(60) == 0, process.log_tail()
 
 
-def test_readme_gives_the_flags_defaults(cli) -> None:
+def test_the_serving_guide_gives_the_flags_defaults(cli) -> None:
     import re
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    guide = (Path(__file__).parents[2] / "docs" / "how-to" / "serving.md").read_text()
     for flag, default in (("--max-batch-users", "256"), ("--max-header-bytes", "32,768"),
                           ("--request-timeout", "30 s")):
-        assert re.search(rf"`{flag}`\s+\(default\s+{default}\)", readme), flag
+        assert re.search(rf"`{flag}`\s+\(default\s+{default}\)", guide), flag
     from vaecf.stages.serve import build_parser
 
     defaults = {a.dest: a.default for a in build_parser()._actions}

@@ -186,4 +186,5 @@ def test_image_is_listed_everywhere_images_are() -> None:
     check = (DOCKER / "check-images.sh").read_text()
     assert re.search(r"^IMAGES=\(.*\bspark\b.*\)$", check, re.MULTILINE)
     assert "[spark]=check_spark" in check
-    assert "| `vaecf-spark` | `docker/spark.Dockerfile` |" in (ROOT / "README.md").read_text()
+    images = ROOT / "docs" / "reference" / "images.md"
+    assert "| `vaecf-spark` | `docker/spark.Dockerfile` |" in images.read_text()
