@@ -45,7 +45,7 @@ test: install
 
 # lint-imports: the layers of docs/concepts/architecture.md (contracts in pyproject.toml).
 lint: install
-	$(BIN)/ruff check src tests components pipelines
+	$(BIN)/ruff check src tests components pipelines docs/hooks
 	$(BIN)/mypy
 	PYTHONPATH=src:. $(BIN)/lint-imports
 

@@ -80,7 +80,8 @@ def values_of(action: argparse.Action) -> str:
     if action.choices:
         return " \\| ".join(f"`{c}`" for c in action.choices)
     if action.metavar:
-        return f"`{' '.join(action.metavar) if isinstance(action.metavar, tuple) else action.metavar}`"
+        metavar = action.metavar
+        return f"`{' '.join(metavar) if isinstance(metavar, tuple) else metavar}`"
     if action.nargs == 0:
         return "(a switch)"
     return f"`{action.dest.upper()}`"
@@ -142,7 +143,7 @@ def pipeline_page() -> str:
     for title, made in (("`build/vaecf_pipeline.yaml` (`make pipeline`)", build_pipeline()),
                         ("`build/vaecf_sweep.yaml` (the tuning sweep)", build_sweep())):
         parts += [f"## {title}", "", "| parameter | type | default |", "|---|---|---|"]
-        for name, spec in made.component_spec.inputs.items():
+        for name, spec in made.component_spec.inputs.items():  # type: ignore[attr-defined]
             default = "" if spec.default is None else f"`{spec.default}`"
             parts.append(f"| `{name}` | {spec.type} | {cell(default)} |")
         parts.append("")
