@@ -137,3 +137,13 @@ def test_page_renders_in_chromium_with_its_navigation_and_assets(
     names = {p.rsplit("/", 1)[-1] for p in requested}
     css = {a.rsplit("/", 1)[-1] for a in assets if a.endswith(".css")}
     assert css and css <= names, f"stylesheets not loaded: {css - names}"
+
+
+def test_readme_is_a_front_page_whose_links_lead_into_the_site() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    assert "make demo" in readme and "make test" in readme  # the two commands (CI runs the 2nd)
+    links = re.findall(r"\]\((docs/[^)#]+)(?:#[^)]*)?\)", readme)
+    assert links, "README links nowhere into the site"
+    missing = [link for link in links if not (ROOT / link).is_file()]
+    assert not missing, f"README links to pages that do not exist: {missing}"
