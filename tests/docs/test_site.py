@@ -147,3 +147,15 @@ def test_readme_is_a_front_page_whose_links_lead_into_the_site() -> None:
     assert links, "README links nowhere into the site"
     missing = [link for link in links if not (ROOT / link).is_file()]
     assert not missing, f"README links to pages that do not exist: {missing}"
+
+
+def test_the_architecture_page_draws_the_layers_make_lint_enforces() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["id"] == "layers"]
+    enforced = [set(re.split(r"\s*[:|]\s*", layer.strip())) for layer in contract["layers"]]
+    page = (ROOT / "docs" / "concepts" / "architecture.md").read_text()
+    rows = re.findall(r"^\| [^|]+ \| ((?:`\w+`,? ?)+) \|", page, re.MULTILINE)
+    drawn = [set(re.findall(r"`(\w+)`", row)) for row in rows]
+    assert drawn == enforced, "docs/concepts/architecture.md's table is not the layers contract"
