@@ -161,7 +161,7 @@ def test_sigterm_deletes_the_application(env, monkeypatch) -> None:
         code, err = sigterm_once_watching(server, argv(env))
     assert code == 1
     assert err == (f"vaecf launch-sparkapp: error: sparkapplication team-a/{APP['preprocess']}: "
-                   "cancelled by SIGTERM; deleted the job\n")
+                   "cancelled by SIGTERM; deleted the application\n")
     (delete,) = server.cluster.seen("DELETE")
     assert delete.path == ("/apis/sparkoperator.k8s.io/v1beta2/namespaces/team-a/"
                            f"sparkapplications/{APP['preprocess']}")
@@ -299,7 +299,7 @@ def test_the_launcher_roles_grant_what_the_step_calls(env, cli, monkeypatch) -> 
                     "deleting it to run it again") in out
             assert server.cluster.jobs[APP["preprocess"]]["metadata"]["uid"] == "uid-1"
         else:
-            assert err.endswith("did not finish within 1 s; deleted the job\n")
+            assert err.endswith("did not finish within 1 s; deleted the application\n")
     assert codes == [0, 1]
     spark = granted(ROOT / "manifests" / "spark" / "rbac.yaml", "vaecf-spark-launcher")
     launcher = granted(ROOT / "manifests" / "base" / "rbac.yaml", "vaecf-launcher")

@@ -53,7 +53,8 @@ def application_state(app: dict[str, Any]) -> job.Outcome | None:
 KIND = job.Kind(kind="SparkApplication", group=GROUP, version=VERSION, plural=PLURAL,
                 noun="sparkapplication", outcome=application_state, role="driver",
                 selector=f"{APP_NAME_LABEL}={{name}},spark-role=driver",
-                pods=f"{APP_NAME_LABEL}={{name}}", again="to run it again")
+                pods=f"{APP_NAME_LABEL}={{name}}", again="to run it again",
+                thing="application")
 
 
 @dataclass(frozen=True)
