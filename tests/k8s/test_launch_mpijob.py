@@ -387,7 +387,7 @@ def test_an_api_server_restart_is_ridden_out(env, cli, monkeypatch) -> None:
 
 def test_watch_errors_are_retried_as_the_server_asks(env, cli, monkeypatch) -> None:
     """A watch ERROR event: 504 with retryAfterSeconds is retried after that long; 410 (the
-    resourceVersion sent is too old) makes the step get the job afresh and watch from there."""
+    resourceVersion sent is too old) makes the step watch from now, after a pause."""
     errors = [{"code": 504, "reason": "Timeout", "message": "Too large resource version: 9, "
                "current: 2", "details": {"retryAfterSeconds": 1}},
               {"code": 410, "reason": "Expired", "message": "too old resource version: 2 (5)"}]
@@ -400,9 +400,11 @@ def test_watch_errors_are_retried_as_the_server_asks(env, cli, monkeypatch) -> N
             "current: 2; watching again in 1 s") in out
     watches = [r for r in server.cluster.seen("GET", "/mpijobs") if r.query.get("watch")]
     gets = server.cluster.seen("GET", f"/mpijobs/{JOB}")
-    # one GET before creating (is the split staged?), one to follow, one after the 410
-    assert len(watches) == 3 and len(gets) == 3
-    assert [w.query["resourceVersion"] for w in watches[:2]] == ["2", "2"]  # as created
+    # one GET before creating (is the split staged?), one to follow; none after the 410
+    assert len(watches) == 3 and len(gets) == 2
+    assert [w.query.get("resourceVersion") for w in watches] == ["2", "2", None]  # from now
+    assert (f"mpijob team-a/{JOB}: watch: HTTP 410 Expired: too old resource version: 2 (5) "
+            "(watching from now); watching again in 2 s") in out
     assert all(w.query["fieldSelector"] == f"metadata.name={JOB}" for w in watches)
 
 

@@ -385,6 +385,8 @@ class JobRun:
                     if kind == "ERROR":
                         resume, hint, trouble = self._watch_error(obj, resume)
                         break
+                    self._granted.add("watch")  # an event, not just an open stream
+                    self._refused_since = None
                     if kind == "DELETED":
                         raise DeletedElsewhere(f"{self.ref} was deleted by someone other "
                                                "than this step while it followed the job")
@@ -465,8 +467,6 @@ class JobRun:
             timeout=(max(client.MIN_WAIT, min(self.timeout, remaining)), max(0.1, read)),
             field_selector=f"metadata.name={self.name}", allow_watch_bookmarks=True,
             watch=True, timeout_seconds=max(1, int(chunk)), _preload_content=False, **since)
-        self._granted.add("watch")
-        self._refused_since = None
         try:
             for line in client.lines(response):
                 if line.strip():
@@ -561,9 +561,9 @@ def stage(local: Path, uri: str) -> Callable[[], None]:
 def run_to_end(run: JobRun, body: dict[str, Any], timeout: float, store: str, run_id: str,
                staged: tuple[Path, str] | None = None) -> None:
     """Create ``body`` (or attach to it, or replace it if it failed) and follow it until it
-    succeeds, all within ``timeout`` seconds (then the job is deleted, within
-    ``CLEANUP_SECONDS`` more); SIGTERM deletes it, and a deletion by someone else leaves the
-    marker.
+    succeeds, all within ``timeout`` seconds of Kubernetes calls (staging the input is not
+    counted; then the job is deleted, within ``CLEANUP_SECONDS`` more); SIGTERM deletes it,
+    and a deletion by someone else leaves the marker.
 
     Args:
       staged: (a local directory, an s3:// URI): the job's input, published there first
@@ -576,7 +576,11 @@ def run_to_end(run: JobRun, body: dict[str, Any], timeout: float, store: str, ru
     run.deadline = time.monotonic() + timeout
     with delete_on_cancel(run):
         try:
-            remove = stage(*staged) if staged is not None and not run.exists() else None
+            remove = None
+            if staged is not None and not run.exists():
+                began = time.monotonic()
+                remove = stage(*staged)
+                run.deadline += time.monotonic() - began  # object storage's time, not the job's
             try:
                 run.create_or_attach(body)
             except client.ApiError as err:
