@@ -325,3 +325,28 @@ def test_the_application_sent_validates_against_the_crd(env, cli, monkeypatch) -
     assert env_refs == {"minio"}
     assert sparkapp.pod_spec(spec, "driver")["activeDeadlineSeconds"] == 86400
     assert json.dumps(spec).count(f'"subPath": "{APP["preprocess"]}"') == 2
+
+
+@pytest.mark.parametrize(("role", "where", "key"), [
+    ("executor", [], "automountServiceAcountToken"),
+    ("driver", ["containers", 0, "securityContext"], "runAsNonRot")])
+def test_a_pod_template_field_the_operator_would_drop_is_refused(env, cli, monkeypatch, role,
+                                                                 where, key) -> None:
+    """The CRD keeps pod templates unvalidated and the operator drops unknown keys: a typo
+    would silently leave the pods with an API token, or running as root. Refused in one
+    line naming it, before anything is created."""
+    template = sparkapp.load_template(sparkapp.default_template())
+    found = sparkapp.pod_spec(template["spec"], role)
+    for step in where:
+        found = found[step]
+    found[key] = True
+    path = env["tmp"] / "sparkapplication.yaml"
+    path.write_text(json.dumps(template))
+    with serve(env, monkeypatch) as server:
+        code, _, err = cli(*argv(env, "--template", str(path)))
+    named = ".".join(str(step) for step in where).replace(".0", "[0]")
+    field = f"spec.{role}.template.spec.{named + '.' if named else ''}{key}"
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith(f"vaecf launch-sparkapp: error: {path}: {field}: not a field of a pod "
+                          "template (the Kubernetes API of the kubernetes client ")
+    assert server.cluster.requests == []
