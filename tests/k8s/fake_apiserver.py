@@ -151,7 +151,7 @@ class Scenario:
     stall: dict[str, int] = field(default_factory=dict)
     watch_errors: list[dict[str, Any]] = field(default_factory=list)  # a Status per watch
     restart_at_watch: int | None = None  # this watch (1-based) finds the server restarting
-    restart_at_state: str | None = None  # the server restarts once the job is in this state
+    restart_at_state: str | None = None  # the server restarts once a watch sent this state
     down_seconds: float = 1.5
     # after a restart: requests answered 403 by kind (RBAC caches not synced yet)
     forbidden_after_restart: dict[str, int] = field(default_factory=dict)
@@ -217,6 +217,7 @@ class FakeCluster:
         self.watching = threading.Event()
         self.log_done = threading.Event()  # the whole log has been sent once
         self.restart: Callable[[float], None] = lambda seconds: None
+        self.restart_begun = threading.Event()
         self.generation = 0  # goes up at each restart: open streams end
         self._rv = 1
         self._uids = 0
@@ -346,9 +347,6 @@ class FakeCluster:
                     self.delete(name, 0)
                     return
                 self.set_state(name, state)
-            if state == self.scenario.restart_at_state:
-                threading.Thread(target=self.restart, args=(self.scenario.down_seconds,),
-                                 daemon=True).start()
 
     def next_watch(self) -> int:
         with self.lock:
@@ -596,6 +594,11 @@ class Handler(JsonHandler):
             for rv, kind, job in news:
                 self._send_event(kind, job)
                 since = rv
+                if cluster.kind.state(job) == scenario.restart_at_state and \
+                        not cluster.restart_begun.is_set():  # once the step has seen it
+                    cluster.restart_begun.set()
+                    threading.Thread(target=cluster.restart, args=(scenario.down_seconds,),
+                                     daemon=True).start()
             time.sleep(0.02)
         if generation == cluster.generation:
             self._stream_end()  # else the restart cut it

@@ -191,6 +191,9 @@ class JobRun:
         except client.ApiError as err:
             if client.transient_status(err.status) and left <= budget:  # the deadline's
                 raise OutOfTime(str(err)) from None
+            if verb in self._granted and err.status in client.REFUSED_STATUS:
+                raise RefusedAgain(f"{err}, for {client.REFUSAL_GRACE:g} s after it was "
+                                   "granted") from None
             raise
         self._granted.add(verb)
         return answer
@@ -294,7 +297,7 @@ class JobRun:
             self.report_warnings(time.monotonic() + CLEANUP_SECONDS / 2)
         try:
             self.delete()
-        except (client.ApiError, OutOfTime) as err:
+        except (client.ApiError, OutOfTime, RefusedAgain) as err:
             raise VaecfError(f"{self.ref}: {why}; could not delete the {thing} ({err}): it "
                              f"stops at its activeDeadlineSeconds, or run: kubectl delete "
                              f"{self.kind.noun} -n {self.namespace} {self.name}") from None
@@ -324,7 +327,8 @@ class JobRun:
           DeletedElsewhere: someone else deleted the job.
           VaecfError: the job failed, or did not finish by the deadline (``timeout``
             seconds after the step started), or could not be followed (then the job is
-            deleted, unless the API server refused what it had granted before).
+            deleted, unless the API server itself failed: unreachable or erring beyond the
+            retries, or refusing what it had granted before).
         """
         self.log.start()
         try:
@@ -336,6 +340,10 @@ class JobRun:
             self.time_out(timeout, str(err).removeprefix(f"{self.ref}: "))
         except RefusedAgain as err:
             self.leave_running(str(err).removeprefix(f"{self.ref}: "))
+        except client.ApiError as err:
+            if client.transient_status(err.status):  # unreachable or failing: not the job's
+                self.leave_running(str(err).removeprefix(f"{self.ref}: "))
+            self.give_up(str(err).removeprefix(f"{self.ref}: "))
         except VaecfError as err:
             self.give_up(str(err).removeprefix(f"{self.ref}: "))
         except Exception as err:  # never leave the job holding GPUs, whatever went wrong
@@ -404,7 +412,7 @@ class JobRun:
                 else:
                     trouble = self._refusal(err)
             except (HTTPError, OSError, ValueError) as err:  # dropped, stalled, garbled
-                if self.left() > 0:  # a quiet job's stream read up to the deadline is no trouble
+                if self.left() > 0.1:  # a quiet job's stream read up to the deadline: fine
                     trouble = f"watch interrupted ({type(err).__name__})"
             if not trouble and time.monotonic() - opened >= QUICK_WATCH:
                 attempt = 0
