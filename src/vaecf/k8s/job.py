@@ -11,8 +11,10 @@ timeout, and the marker a job deleted by someone else leaves in object storage.
 Everything goes through ``vaecf.k8s.client.call`` (client-side timeouts, retries with
 backoff, one-line errors) and only through the verbs the launcher's Roles grant
 (``manifests/base/rbac.yaml``, ``manifests/spark/rbac.yaml``): the kind's create, get, watch
-and delete, pods list, pods/log get, events list. A job this step gives up on (timeout,
-cancel, lost API server) is deleted.
+and delete, pods list, pods/log get, events list. ``--timeout`` is a deadline for all of it.
+A job this step gives up on (deadline, cancel, a refusal of a call never granted) is deleted;
+one the API server itself keeps the step from following (unreachable or failing beyond the
+retries, refusing what it granted before) is left running for a retry of the step.
 """
 
 from __future__ import annotations
