@@ -410,7 +410,8 @@ class JobRun:
                     self.log.wake()
             except client.ApiError as err:  # no answer, or a refusal, opening the watch
                 if err.status == 410:
-                    resume, trouble = None, f"{err} (watching from now)"
+                    resume = None
+                    trouble = str(err).removeprefix(f"{self.ref}: ") + " (watching from now)"
                 else:
                     trouble = self._refusal(err)
             except (HTTPError, OSError, ValueError) as err:  # dropped, stalled, garbled
@@ -419,6 +420,8 @@ class JobRun:
             if not trouble and time.monotonic() - opened >= QUICK_WATCH:
                 attempt = 0
                 continue
+            if not trouble and self.left() > 0.1:
+                trouble = f"watch: closed by the server within {QUICK_WATCH:g} s"
             pause = client.backoff(attempt, hint)
             attempt += 1
             if trouble:
