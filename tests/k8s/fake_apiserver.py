@@ -9,10 +9,14 @@ log stream (``container``, ``timestamps``, ``sinceSeconds``), events by field se
 create and merge-patch of InferenceServices. Like a real API server it validates fields
 strictly when asked (``fieldValidation=Strict``: jobs against their operator's CRD schema),
 answers 409 while a job is being deleted, sends DELETED events, and a ``Scenario`` scripts
-what goes wrong: stalls (a request accepted and never answered), a restart (connection
-refused, then back), watch ERROR events, a log stream that ends while the pod runs, a sidecar
-in the job's main pod, Warning headers. The operator's part (the job's states, its pods) is
-played per kind (``KINDS``).
+what goes wrong: stalls (a request accepted and never answered; ``frozen``: every request,
+from the first), a restart (connection refused, then back; after it a burst of 403 while the
+RBAC caches sync, and 410 Gone for a watch from a resourceVersion older than the restarted
+watch cache), watch ERROR events, a log stream that ends while the pod runs, a sidecar in the
+job's main pod (which can keep it running after the main container ended), Warning headers.
+Pod templates of SparkApplications are stored as sent, unknown keys and all, as the CRD's
+``x-kubernetes-preserve-unknown-fields`` makes a real server do. The operator's part (the
+job's states, its pods) is played per kind (``KINDS``).
 Every request is recorded so tests can assert on what the launcher sent.
 """
 
@@ -80,19 +84,24 @@ class FakeKind:
         return (status.get("applicationState") or {}).get("state")
 
     def pods(self, name: str, job: dict[str, Any], state: str | None,
-             sidecar: bool) -> list[dict[str, Any]]:
-        """The job's main pod (launcher, driver) and its workers or executors."""
+             sidecar: bool, main_ended: bool = False) -> list[dict[str, Any]]:
+        """The job's main pod (launcher, driver) and its workers or executors; with
+        ``main_ended``, the main container has terminated and the sidecar runs on."""
         phase = ("Failed" if state in self.failed else "Succeeded") if state in self.terminal \
             else "Running"
         containers = [{"name": self.main_container}] + (
             [{"name": "istio-proxy"}] if sidecar else [])
+        main_state = {"terminated": {"exitCode": 0}} if main_ended else {"running": {}}
+        statuses = [{"name": self.main_container, "restartCount": 0, "ready": not main_ended,
+                     "image": "i", "imageID": "", "state": main_state}]
         if self.plural == "mpijobs":
             labels = {"training.kubeflow.org/job-name": name}
             replicas = job.get("spec", {}).get("mpiReplicaSpecs", {}).get("Worker", {}).get(
                 "replicas", 0)
             return [{"metadata": {"name": f"{name}{self.main_pod}", "labels": {
                 **labels, "training.kubeflow.org/job-role": "launcher"}},
-                "spec": {"containers": containers}, "status": {"phase": phase}}] + [
+                "spec": {"containers": containers},
+                "status": {"phase": phase, "containerStatuses": statuses}}] + [
                 {"metadata": {"name": f"{name}-worker-{i}", "labels": {
                     **labels, "training.kubeflow.org/job-role": "worker"}},
                  "spec": {"containers": [{"name": "worker"}]}, "status": {"phase": "Running"}}
@@ -103,7 +112,8 @@ class FakeKind:
         executors = job.get("spec", {}).get("executor", {}).get("instances", 0)
         return [{"metadata": {"name": f"{name}{self.main_pod}", "labels": {
             **labels, "spark-role": "driver"}},
-            "spec": {"containers": containers}, "status": {"phase": phase}}] + [
+            "spec": {"containers": containers},
+            "status": {"phase": phase, "containerStatuses": statuses}}] + [
             {"metadata": {"name": f"{name}-exec-{i}", "labels": {
                 **labels, "spark-role": "executor"}},
              "spec": {"containers": [{"name": "spark-kubernetes-executor"}]},
@@ -141,7 +151,16 @@ class Scenario:
     stall: dict[str, int] = field(default_factory=dict)
     watch_errors: list[dict[str, Any]] = field(default_factory=list)  # a Status per watch
     restart_at_watch: int | None = None  # this watch (1-based) finds the server restarting
+    restart_at_state: str | None = None  # the server restarts once a watch sent this state
     down_seconds: float = 1.5
+    # after a restart: requests answered 403 by kind (RBAC caches not synced yet)
+    forbidden_after_restart: dict[str, int] = field(default_factory=dict)
+    # after a restart the watch cache starts at etcd's current revision: a watch from an
+    # older resourceVersion gets ERROR 410
+    expire_on_restart: bool = False
+    state_seconds: float = STEP_SECONDS  # between two states of the job
+    frozen: bool = False  # every request is accepted and never answered, from the first
+    main_ended: bool = False  # the main container has ended (a sidecar keeps the pod running)
     warnings: list[str] = field(default_factory=list)  # Warning headers on create/patch
 
 
@@ -198,6 +217,7 @@ class FakeCluster:
         self.watching = threading.Event()
         self.log_done = threading.Event()  # the whole log has been sent once
         self.restart: Callable[[float], None] = lambda seconds: None
+        self.restart_begun = threading.Event()
         self.generation = 0  # goes up at each restart: open streams end
         self._rv = 1
         self._uids = 0
@@ -205,6 +225,9 @@ class FakeCluster:
         self._watches = 0
         self._logs = 0
         self._stalls = dict(scenario.stall)
+        self._forbidden: dict[str, int] = {}
+        self.frozen = scenario.frozen
+        self.watch_floor = 0  # the oldest resourceVersion a watch may start from
         self.log_base = datetime.now(UTC) - timedelta(seconds=30)
         self.kind = KINDS[scenario.kind]
         self.job_schema = crd_schema(self.kind.crd)
@@ -220,9 +243,32 @@ class FakeCluster:
     def seen(self, method: str, suffix: str = "") -> list[Request]:
         return [r for r in self.requests if r.method == method and r.path.endswith(suffix)]
 
+    def freeze(self) -> None:
+        """From now on, every request is accepted and never answered."""
+        self.frozen = True
+
+    def restarted(self) -> None:
+        """The server came back: the 403 burst begins, and the watch cache starts at etcd's
+        revision (which other objects moved on meanwhile)."""
+        with self.lock:
+            self._forbidden = dict(self.scenario.forbidden_after_restart)
+            if self.scenario.expire_on_restart:
+                self._rv += 50
+                self.watch_floor = self._rv
+
+    def forbidden(self, kind: str) -> bool:
+        """Whether this request of ``kind`` is one the restarted server refuses."""
+        with self.lock:
+            if self._forbidden.get(kind, 0) > 0:
+                self._forbidden[kind] -= 1
+                return True
+        return False
+
     def stalls(self, kind: str) -> bool:
         """Whether this request of ``kind`` is one the scenario never answers."""
         with self.lock:
+            if self.frozen:
+                return True
             if self._stalls.get(kind, 0) > 0:
                 self._stalls[kind] -= 1
                 return True
@@ -290,7 +336,7 @@ class FakeCluster:
     def _drive(self, name: str, uid: str) -> None:
         states = self.kind.states if self.scenario.states is None else self.scenario.states
         for state in states:
-            time.sleep(STEP_SECONDS)
+            time.sleep(self.scenario.state_seconds)
             if state in self.kind.terminal:  # the job ends after its log (or 5 s, if unread)
                 self.log_done.wait(5)
             with self.lock:
@@ -315,7 +361,8 @@ class FakeCluster:
     def pods(self) -> list[dict[str, Any]]:
         """The pods of every job: its main pod and its workers or executors."""
         return [pod for name, job in list(self.jobs.items())
-                for pod in self.kind.pods(name, job, self.state(name), self.scenario.sidecar)]
+                for pod in self.kind.pods(name, job, self.state(name), self.scenario.sidecar,
+                                          self.scenario.main_ended)]
 
     def log_line(self, i: int) -> tuple[datetime, str]:
         """Line ``i`` of the launcher's log and when it was written (two lines per ms)."""
@@ -382,6 +429,15 @@ class Handler(JsonHandler):
         self.close_connection = True
         return True
 
+    def _refused(self, kind: str) -> bool:
+        """Answer 403, as a restarted API server does until its RBAC caches are synced."""
+        if not self.cluster.forbidden(kind):
+            return False
+        self._status(403, "Forbidden", f'{self.cluster.kind.plural}.{self.cluster.kind.group} '
+                     'is forbidden: User "system:serviceaccount:team-a:vaecf-launcher" cannot '
+                     f'{kind.lower()} resource "{self.cluster.kind.plural}"')
+        return True
+
     def _body(self) -> dict[str, Any] | None:
         length = int(self.headers.get("Content-Length") or 0)
         return json.loads(self.rfile.read(length)) if length else None
@@ -415,7 +471,8 @@ class Handler(JsonHandler):
     def do_POST(self) -> None:
         body = self._body() or {}
         request = self._record(body)
-        if self._stalled("POST") or self._refused_fields(request, body):
+        if self._stalled("POST") or self._refused("POST") or \
+                self._refused_fields(request, body):
             return
         name = body["metadata"]["name"]
         if request.path.endswith("/inferenceservices"):
@@ -435,7 +492,7 @@ class Handler(JsonHandler):
 
     def do_DELETE(self) -> None:
         request = self._record(self._body())
-        if self._stalled("DELETE"):
+        if self._stalled("DELETE") or self._refused("DELETE"):
             return
         name = request.path.rsplit("/", 1)[-1]
         with self.cluster.lock:
@@ -457,7 +514,8 @@ class Handler(JsonHandler):
         if request.path.endswith(f"/{plural}") and request.query.get("watch", "").lower() == \
                 "true":
             return self._watch(request)
-        if self._stalled("log" if request.path.endswith("/log") else "GET"):
+        kind = "log" if request.path.endswith("/log") else "GET"
+        if self._stalled(kind) or self._refused(kind):
             return
         if len(parts) == 7 and parts[5] == "inferenceservices":
             service = self.cluster.services.get(parts[6])
@@ -503,16 +561,27 @@ class Handler(JsonHandler):
                              daemon=True).start()
             self.close_connection = True
             return
-        if self._stalled("watch"):
+        if self._stalled("watch") or self._refused("watch"):
             return
         name = request.query.get("fieldSelector", "").removeprefix("metadata.name=")
-        since = int(request.query.get("resourceVersion") or 0)
+        given = request.query.get("resourceVersion")
         self._stream_start("application/json")
         if number <= len(scenario.watch_errors):
             status = {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                       **scenario.watch_errors[number - 1]}
             self._send_event("ERROR", status)
             return self._stream_end()
+        if given and int(given) < cluster.watch_floor:  # older than the watch cache
+            self._send_event("ERROR", {
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410,
+                "reason": "Expired", "message": f"too old resource version: {given} "
+                f"({cluster.watch_floor})"})
+            return self._stream_end()
+        with cluster.lock:
+            since = int(given) if given else cluster._rv
+            current = cluster.jobs.get(name)
+            if not given and current is not None:  # from now: the object as it is first
+                self._send_event("ADDED", json.loads(json.dumps(current)))
         if name in cluster.jobs:
             cluster.drive(name)
         generation, ends = cluster.generation, time.monotonic() + float(
@@ -525,6 +594,11 @@ class Handler(JsonHandler):
             for rv, kind, job in news:
                 self._send_event(kind, job)
                 since = rv
+                if cluster.kind.state(job) == scenario.restart_at_state and \
+                        not cluster.restart_begun.is_set():  # once the step has seen it
+                    cluster.restart_begun.set()
+                    threading.Thread(target=cluster.restart, args=(scenario.down_seconds,),
+                                     daemon=True).start()
             time.sleep(0.02)
         if generation == cluster.generation:
             self._stream_end()  # else the restart cut it
@@ -563,7 +637,8 @@ class Handler(JsonHandler):
             return self._stream_end()  # the stream ends while the pod runs
         cluster.log_done.set()
         generation = cluster.generation
-        follow = request.query.get("follow", "").lower() == "true"
+        follow = request.query.get("follow", "").lower() == "true" and \
+            not cluster.scenario.main_ended  # the container ended: so does its log
         while (follow and not cluster.finished(job) and job in cluster.jobs
                and not cluster.stop.is_set() and generation == cluster.generation):
             time.sleep(0.02)  # follow: open while the launcher container runs
@@ -607,6 +682,7 @@ class FakeApiServer:
         time.sleep(down_seconds)
         self._server = self._listen(self.port)
         self.restarts += 1
+        self.cluster.restarted()
         self._serve()
 
     def write_kubeconfig(self, path: Path, namespace: str = "default") -> Path:

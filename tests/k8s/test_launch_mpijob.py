@@ -306,11 +306,12 @@ def test_a_stalled_watch_cannot_hold_the_step_past_its_timeout(env, monkeypatch)
 
 
 def test_sigterm_during_a_partition_still_deletes_the_job(env, monkeypatch) -> None:
-    """The watch hangs and so does the first DELETE; the next one, once the partition heals,
-    deletes the job within the pod's termination grace."""
-    scenario = Scenario(states=["Running"], stall={"watch": 100, "DELETE": 1})
+    """The first DELETE hangs (with the default 30 s request timeout, longer than the
+    grace); the next, once the partition heals, deletes the job within the pod's 30 s
+    termination grace."""
+    scenario = Scenario(states=["Running"], stall={"DELETE": 1})
     with serve(env, monkeypatch, scenario) as server:
-        process = launched(env, "--request-timeout", "1")
+        process = launched(env)
         assert server.cluster.watching.wait(timeout=120), "the launcher never watched"
         time.sleep(0.5)
         process.send_signal(signal.SIGTERM)
@@ -322,7 +323,93 @@ def test_sigterm_during_a_partition_still_deletes_the_job(env, monkeypatch) -> N
                    "deleted the job\n")
     assert f"mpijob team-a/{JOB}: delete: no answer (ReadTimeoutError" in out
     assert len(server.cluster.seen("DELETE")) == 2 and JOB not in server.cluster.jobs
-    assert took < 20, took
+    assert took < 30, took  # the pod's grace; the step's own bound is 20 s
+
+
+def test_a_server_that_never_answers_cannot_hold_the_step_past_its_timeout(env, monkeypatch
+                                                                          ) -> None:
+    """Every request is accepted and never answered, from the first (default 30 s request
+    timeout): the step ends at its deadline, and knows it created nothing."""
+    with serve(env, monkeypatch, Scenario(frozen=True)) as server:
+        started = time.monotonic()
+        code, _, err = finish(launched(env, "--timeout", "3"), 120)
+        took = time.monotonic() - started
+    assert code == 1
+    assert err == (f"vaecf launch-mpijob: error: mpijob team-a/{JOB}: did not finish within 3 s"
+                   " (last trouble: get failed: no answer (ReadTimeoutError: Read timed out.)); "
+                   "nothing was created\n")
+    assert [r.method for r in server.cluster.requests] == ["GET"]
+    assert took < 60, took  # 3 s, and the process's start; it was 300 s
+
+
+def test_a_connection_frozen_after_the_create_cannot_hold_the_step(env, monkeypatch) -> None:
+    """The job is created, then every request hangs (default 30 s request timeout): the
+    step ends within --timeout + job.CLEANUP_SECONDS (20 s for the diagnostics and the
+    delete), saying what it could not do."""
+    with serve(env, monkeypatch, Scenario(states=["Running"])) as server:
+        server.cluster.scenario.on_create = lambda job: server.cluster.freeze()
+        started = time.monotonic()
+        code, out, err = finish(launched(env, "--timeout", "3"), 120)
+        took = time.monotonic() - started
+    assert code == 1
+    assert err.startswith(f"vaecf launch-mpijob: error: mpijob team-a/{JOB}: did not finish "
+                          "within 3 s (last trouble: get failed: no answer (ReadTimeoutError: "
+                          "Read timed out.)); could not delete the job (")
+    assert err.endswith(f"or run: kubectl delete mpijob -n team-a {JOB}\n")
+    assert "(events unavailable: " in out
+    assert len(server.cluster.seen("DELETE")) >= 2  # short requests, retried
+    assert took < 60, took  # 3 + 20 s, and the process's start; it was 133 s at --timeout 45
+
+
+def test_a_403_burst_after_a_restart_is_ridden_out_and_deletes_nothing(env, cli,
+                                                                       monkeypatch) -> None:
+    """The API server restarts under a running job and refuses the watch it granted before
+    (RBAC caches not synced yet): the step retries, follows the job to its end, deletes
+    nothing."""
+    scenario = Scenario(states=["Running", "Succeeded"], restart_at_state="Running",
+                        down_seconds=0.2, forbidden_after_restart={"watch": 1, "GET": 2},
+                        state_seconds=1.5, on_create=lambda job: publish_model(train_output(job)))
+    with serve(env, monkeypatch, scenario) as server:
+        code, out, err = cli(*argv(env))
+    assert code == 0, err
+    assert server.restarts == 1
+    assert (f"mpijob team-a/{JOB}: watch failed: HTTP 403 Forbidden: mpijobs.kubeflow.org is "
+            "forbidden") in out
+    assert server.cluster.seen("DELETE") == []
+    assert read_manifest(env["output"], "train")["n_items"] == 3
+
+
+def test_a_watch_from_an_expired_version_backs_off_and_resumes_from_now(env, cli,
+                                                                         monkeypatch) -> None:
+    """After a restart the watch cache starts at etcd's revision: a watch from the job's
+    resourceVersion gets 410 however often the job is read again (it has not changed). The
+    step pauses and watches from now: a handful of requests, not a loop of them."""
+    scenario = Scenario(states=["Running", "Succeeded"], restart_at_state="Running",
+                        down_seconds=0.2, expire_on_restart=True, state_seconds=1.5,
+                        on_create=lambda job: publish_model(train_output(job)))
+    with serve(env, monkeypatch, scenario) as server:
+        code, out, err = cli(*argv(env))
+    assert code == 0, err
+    assert server.restarts == 1
+    assert "too old resource version" in out and "(watching from now)" in out
+    watches = [r for r in server.cluster.seen("GET", "/mpijobs") if r.query.get("watch")]
+    gets = server.cluster.seen("GET", f"/mpijobs/{JOB}")
+    assert len(watches) <= 4 and len(gets) == 2, (len(watches), len(gets))
+    assert watches[-1].query.get("resourceVersion") is None
+    assert len(server.cluster.requests) <= 25, len(server.cluster.requests)
+
+
+def test_a_log_whose_container_ended_is_not_asked_for_again(env, cli, monkeypatch) -> None:
+    """The launcher container has ended but a sidecar keeps its pod running: its log is
+    complete, so it is read once, not again every second while the job lasts."""
+    scenario = Scenario(sidecar=True, main_ended=True, log_lines=["epoch 1 loss 812.5"],
+                        states=["Running", "Succeeded"], state_seconds=1.5,
+                        on_create=lambda job: publish_model(train_output(job)))
+    with serve(env, monkeypatch, scenario) as server:
+        code, out, err = cli(*argv(env))
+    assert code == 0, err
+    assert out.count("epoch 1 loss 812.5\n") == 1
+    assert len(server.cluster.seen("GET", "/log")) == 1
 
 
 def test_a_retry_of_a_failed_run_replaces_the_failed_job(env, cli, monkeypatch) -> None:
@@ -387,7 +474,7 @@ def test_an_api_server_restart_is_ridden_out(env, cli, monkeypatch) -> None:
 
 def test_watch_errors_are_retried_as_the_server_asks(env, cli, monkeypatch) -> None:
     """A watch ERROR event: 504 with retryAfterSeconds is retried after that long; 410 (the
-    resourceVersion sent is too old) makes the step get the job afresh and watch from there."""
+    resourceVersion sent is too old) makes the step watch from now, after a pause."""
     errors = [{"code": 504, "reason": "Timeout", "message": "Too large resource version: 9, "
                "current: 2", "details": {"retryAfterSeconds": 1}},
               {"code": 410, "reason": "Expired", "message": "too old resource version: 2 (5)"}]
@@ -400,9 +487,11 @@ def test_watch_errors_are_retried_as_the_server_asks(env, cli, monkeypatch) -> N
             "current: 2; watching again in 1 s") in out
     watches = [r for r in server.cluster.seen("GET", "/mpijobs") if r.query.get("watch")]
     gets = server.cluster.seen("GET", f"/mpijobs/{JOB}")
-    # one GET before creating (is the split staged?), one to follow, one after the 410
-    assert len(watches) == 3 and len(gets) == 3
-    assert [w.query["resourceVersion"] for w in watches[:2]] == ["2", "2"]  # as created
+    # one GET before creating (is the split staged?), one to follow; none after the 410
+    assert len(watches) == 3 and len(gets) == 2
+    assert [w.query.get("resourceVersion") for w in watches] == ["2", "2", None]  # from now
+    assert (f"mpijob team-a/{JOB}: watch: HTTP 410 Expired: too old resource version: 2 (5) "
+            "(watching from now); watching again in 2 s") in out
     assert all(w.query["fieldSelector"] == f"metadata.name={JOB}" for w in watches)
 
 
@@ -509,6 +598,7 @@ def test_unknown_template_fields_are_refused_naming_the_field(env, cli, monkeypa
                    "\n")
     assert server.cluster.jobs == {}
     assert all(r.query.get("fieldValidation") == "Strict" for r in server.cluster.seen("POST"))
+    assert storage.list_keys(f"s3://{env['bucket']}/runs/{JOB}/split") == []  # unstaged
 
 
 def test_the_servers_warnings_are_shown(env, cli, monkeypatch) -> None:
@@ -570,3 +660,14 @@ def test_the_role_grants_exactly_what_the_step_calls(env, cli, monkeypatch) -> N
     granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
                for resource in rule["resources"] for verb in rule["verbs"]}
     assert used == granted
+
+
+def test_the_deadline_does_not_blame_a_healthy_server(env, cli, monkeypatch) -> None:
+    """A job that is still running at the deadline of a step whose server answered every
+    request: the message says so, without a 'last trouble' (the watch read that the deadline
+    ended was no trouble)."""
+    with serve(env, monkeypatch, Scenario(states=["Running"])):
+        code, _, err = cli(*argv(env, "--timeout", "3"))
+    assert code == 1
+    assert err == (f"vaecf launch-mpijob: error: mpijob team-a/{JOB}: did not finish within "
+                   "3 s; deleted the job\n")

@@ -161,7 +161,7 @@ def test_sigterm_deletes_the_application(env, monkeypatch) -> None:
         code, err = sigterm_once_watching(server, argv(env))
     assert code == 1
     assert err == (f"vaecf launch-sparkapp: error: sparkapplication team-a/{APP['preprocess']}: "
-                   "cancelled by SIGTERM; deleted the job\n")
+                   "cancelled by SIGTERM; deleted the application\n")
     (delete,) = server.cluster.seen("DELETE")
     assert delete.path == ("/apis/sparkoperator.k8s.io/v1beta2/namespaces/team-a/"
                            f"sparkapplications/{APP['preprocess']}")
@@ -184,8 +184,9 @@ def test_watch_errors_and_an_expired_version_are_ridden_out(env, cli, monkeypatc
     watches = [r for r in server.cluster.seen("GET", "/sparkapplications")
                if r.query.get("watch")]
     gets = server.cluster.seen("GET", f"/sparkapplications/{APP['preprocess']}")
-    # one GET before creating (is the input staged?), one to follow, one after the 410
-    assert len(watches) == 3 and len(gets) == 3
+    # one GET before creating (is the input staged?), one to follow; none after the 410
+    assert len(watches) == 3 and len(gets) == 2
+    assert watches[2].query.get("resourceVersion") is None  # from now
     assert read_manifest(env["output"], "preprocess")["counts"] == {"rows": 3}
 
 
@@ -299,7 +300,7 @@ def test_the_launcher_roles_grant_what_the_step_calls(env, cli, monkeypatch) -> 
                     "deleting it to run it again") in out
             assert server.cluster.jobs[APP["preprocess"]]["metadata"]["uid"] == "uid-1"
         else:
-            assert err.endswith("did not finish within 1 s; deleted the job\n")
+            assert err.endswith("did not finish within 1 s; deleted the application\n")
     assert codes == [0, 1]
     spark = granted(ROOT / "manifests" / "spark" / "rbac.yaml", "vaecf-spark-launcher")
     launcher = granted(ROOT / "manifests" / "base" / "rbac.yaml", "vaecf-launcher")
@@ -324,3 +325,28 @@ def test_the_application_sent_validates_against_the_crd(env, cli, monkeypatch) -
     assert env_refs == {"minio"}
     assert sparkapp.pod_spec(spec, "driver")["activeDeadlineSeconds"] == 86400
     assert json.dumps(spec).count(f'"subPath": "{APP["preprocess"]}"') == 2
+
+
+@pytest.mark.parametrize(("role", "where", "key"), [
+    ("executor", [], "automountServiceAcountToken"),
+    ("driver", ["containers", 0, "securityContext"], "runAsNonRot")])
+def test_a_pod_template_field_the_operator_would_drop_is_refused(env, cli, monkeypatch, role,
+                                                                 where, key) -> None:
+    """The CRD keeps pod templates unvalidated and the operator drops unknown keys: a typo
+    would silently leave the pods with an API token, or running as root. Refused in one
+    line naming it, before anything is created."""
+    template = sparkapp.load_template(sparkapp.default_template())
+    found = sparkapp.pod_spec(template["spec"], role)
+    for step in where:
+        found = found[step]
+    found[key] = True
+    path = env["tmp"] / "sparkapplication.yaml"
+    path.write_text(json.dumps(template))
+    with serve(env, monkeypatch) as server:
+        code, _, err = cli(*argv(env, "--template", str(path)))
+    named = ".".join(str(step) for step in where).replace(".0", "[0]")
+    field = f"spec.{role}.template.spec.{named + '.' if named else ''}{key}"
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith(f"vaecf launch-sparkapp: error: {path}: {field}: not a field of a pod "
+                          "template (the Kubernetes API of the kubernetes client ")
+    assert server.cluster.requests == []

@@ -23,7 +23,12 @@ from vaecf.errors import VaecfError
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 REQUEST_TIMEOUT = 30.0  # seconds to connect and between the bytes of an answer
 RETRIED_STATUS = {408, 429, 500, 502, 503, 504}  # the server restarts, is overloaded or slow
+# A restarted kube-apiserver answers 401/403 for a moment, until its authentication and RBAC
+# caches are synced: a call that was granted before in this step is retried that long.
+REFUSED_STATUS = {401, 403}
+REFUSAL_GRACE = 30.0
 MAX_BACKOFF = 30.0
+MIN_WAIT = 0.1  # the shortest per-request timeout a nearly spent budget still allows
 
 
 class ApiError(VaecfError):
@@ -108,14 +113,19 @@ def backoff(attempt: int, hint: float | None = None) -> float:
 
 
 def call(what: str, fn: Callable[..., Any], *args: Any, budget: float,
-         timeout: float | tuple[float, float] = REQUEST_TIMEOUT, **kwargs: Any) -> Any:
+         timeout: float | tuple[float, float] = REQUEST_TIMEOUT, granted: bool = False,
+         **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` with a client-side ``timeout``, retried while transient.
 
     Args:
       what: names the call in messages, e.g. ``"mpijob team-a/x: get"``.
       budget: seconds within which transient failures are retried (backoff included);
-        the last failure is raised once it is spent.
+        the last failure is raised once it is spent. No request waits past it: a frozen
+        connection ends the call when the budget does (``budget=0``: one attempt, waiting
+        ``timeout``).
       timeout: seconds to connect and to wait for each read, or ``(connect, read)``.
+      granted: the same call succeeded before in this step, so a 401/403 is a restarting
+        API server's (``REFUSAL_GRACE``), not the step's Role.
 
     Raises:
       ApiError: a failure that retrying cannot help, or the last one within ``budget``.
@@ -124,14 +134,19 @@ def call(what: str, fn: Callable[..., Any], *args: Any, budget: float,
     from urllib3.exceptions import HTTPError
 
     limits = timeout if isinstance(timeout, tuple) else (timeout, timeout)
-    give_up = time.monotonic() + budget
+    started = time.monotonic()
+    give_up = started + budget
     for attempt in range(1_000_000):
+        left = give_up - time.monotonic()
+        waits = limits if budget <= 0 else tuple(max(MIN_WAIT, min(t, left)) for t in limits)
         try:
-            return fn(*args, _request_timeout=limits, **kwargs)
+            return fn(*args, _request_timeout=waits, **kwargs)
         except (ApiException, HTTPError, OSError) as err:
             status, line = describe(err)
             pause = backoff(attempt, retry_after(err))
-            if not transient_status(status) or time.monotonic() + pause > give_up:
+            refused = granted and status in REFUSED_STATUS and \
+                time.monotonic() - started < REFUSAL_GRACE
+            if not (transient_status(status) or refused) or time.monotonic() + pause > give_up:
                 raise ApiError(f"{what} failed: {line}", status) from None
             log.info(f"{what}: {line}; retrying in {pause:g} s")
             time.sleep(pause)
@@ -150,7 +165,7 @@ def warnings(headers: Any) -> list[str]:
 
 
 def send(what: str, fn: Callable[..., Any], *args: Any, budget: float,
-         timeout: float = REQUEST_TIMEOUT, **kwargs: Any) -> Any:
+         timeout: float | tuple[float, float] = REQUEST_TIMEOUT, **kwargs: Any) -> Any:
     """A create or patch (``fn`` a ``*_with_http_info`` method): fields the server does not
     know are refused (``fieldValidation=Strict``, as ``kubectl apply`` does), and the
     server's warnings are logged. Returns the object the server answered."""

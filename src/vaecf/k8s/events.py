@@ -8,6 +8,7 @@ and ``type=Warning``), never listed over the namespace and matched by name prefi
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from vaecf.k8s import client
@@ -25,26 +26,34 @@ def event_time(event: Any) -> str:
 
 
 def warnings(core: Any, ref: str, namespace: str, kind: str, name: str, uid: str | None,
-             pods: str, owned: list[tuple[str, str]], timeout: float,
+             pods: str, owned: list[tuple[str, str]], timeout: float, until: float,
              limit: int = 10) -> list[str]:
     """One line per latest Warning event of the job ``kind``/``name`` (by ``uid`` when
     known), of the objects it owns (``owned``: (kind, name) pairs, e.g. an MPIJob's launcher
     Job) and of its pods (label selector ``pods``), oldest first (e.g. ``event
-    Pod/<job>-worker-1: FailedScheduling: 0/4 nodes have enough nvidia.com/gpu``).
+    Pod/<job>-worker-1: FailedScheduling: 0/4 nodes have enough nvidia.com/gpu``). Nothing is
+    asked for after ``until`` (``time.monotonic()``): what was found by then is shown.
 
     Raises:
       ApiError: the pods or the events could not be listed.
     """
-    found_pods = client.call(f"{ref}: list pods", core.list_namespaced_pod, namespace,
-                             label_selector=pods, budget=timeout, timeout=timeout).items
+
+    def listed(what: str, fn: Any, **kwargs: Any) -> list[Any]:
+        left = until - time.monotonic()
+        if left <= 0:
+            return []
+        found: list[Any] = client.call(f"{ref}: {what}", fn, namespace, budget=left,
+                                       timeout=timeout, **kwargs).items
+        return found
+
+    found_pods = listed("list pods", core.list_namespaced_pod, label_selector=pods)
     selectors = [f"involvedObject.uid={uid}" if uid
                  else f"involvedObject.kind={kind},involvedObject.name={name}"]
     selectors += [f"involvedObject.kind={k},involvedObject.name={n}" for k, n in owned]
     selectors += [f"involvedObject.kind=Pod,involvedObject.name={p.metadata.name}"
                   for p in found_pods[:EVENT_PODS]]
     found = [event for selector in selectors
-             for event in client.call(f"{ref}: list events", core.list_namespaced_event,
-                                      namespace, field_selector=f"{selector},type=Warning",
-                                      budget=timeout, timeout=timeout).items]
+             for event in listed("list events", core.list_namespaced_event,
+                                 field_selector=f"{selector},type=Warning")]
     return [f"event {e.involved_object.kind}/{e.involved_object.name}: {e.reason}: "
             f"{e.message}" for e in sorted(found, key=event_time)[-limit:]]

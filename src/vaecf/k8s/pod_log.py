@@ -5,8 +5,10 @@ A log stream ends while the pod runs on: the kubelet or a proxy drops it, or the
 restarts in place (the MPIJob template's ``restartPolicy: OnFailure``). So the log is followed
 again until the job has finished, each time asking for the lines since the last one shown
 (``sinceSeconds``, with a margin for clock skew) with their timestamps, and skipping those
-already shown. The request names the container: an injected sidecar makes the pod's log
-ambiguous (HTTP 400 without it).
+already shown. A stream that keeps ending with nothing new is asked for again less and less
+often (up to every ``MAX_REREAD`` s), and never again once the container has terminated (a
+sidecar can keep the pod running after it). The request names the container: an injected
+sidecar makes the pod's log ambiguous (HTTP 400 without it).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ STARTED = ("Running", "Succeeded", "Failed")
 SKEW_SECONDS = 300  # sinceSeconds is counted on the node's clock, not ours
 IDLE_SECONDS = 300.0  # a stream silent this long is opened again (a stalled connection)
 POLL_SECONDS = 5.0  # between looks for a started main pod
+MAX_REREAD = 30.0  # a stream that keeps ending with nothing new is asked for again this often
 FINISH_GRACE = 30.0  # after the job finished, how long its last log lines may take
 # A line that says what went wrong: a vaecf stage's own error line (the best), else a Python
 # exception, a traceback's start, or a log4j/logging ERROR line (Spark's JVM).
@@ -56,6 +59,7 @@ class PodLog:
         self._skip = 0  # of those, how many the current stream has yet to repeat
         self._complaint = ""
         self._abandoned = False
+        self._shown = 0  # lines shown
 
     def start(self) -> None:
         if self._thread is None:
@@ -80,19 +84,27 @@ class PodLog:
             self._thread.join(grace)
 
     def _follow(self) -> None:
+        done: tuple[str, int] | None = None  # (pod, restarts) whose container's log was read
+        idle = 0  # streams in a row that showed nothing new
         while not self._abandoned:
             finished = self._finished.is_set()
-            pod = self._pod()
-            if pod is not None:
+            found = self._pod()
+            pod, shown = None, self._shown
+            if found is not None and found[:2] != done:
+                pod = found[0]
                 self._stream(pod)
+                if found[2]:  # its container had ended: the log is complete (a sidecar may
+                    done = found[:2]  # keep the pod running, the log won't grow)
             if finished:
                 return
-            self._wake.wait(1.0 if pod is not None else POLL_SECONDS)
+            idle = 0 if self._shown > shown else idle + 1
+            wait = POLL_SECONDS if pod is None else min(MAX_REREAD, 2.0 ** (idle - 1))
+            self._wake.wait(wait)
             self._wake.clear()
 
-    def _pod(self) -> str | None:
-        """The newest main pod that has started, if any (no retry here: the loop looks
-        again)."""
+    def _pod(self) -> tuple[str, int, bool] | None:
+        """The newest main pod that has started, if any: its name, its container's restarts
+        and whether that container has terminated (no retry here: the loop looks again)."""
         try:
             pods = client.call(f"{self._ref}: list {self.role} pods",
                                self._core.list_namespaced_pod, self._namespace, budget=0,
@@ -101,8 +113,15 @@ class PodLog:
             self._complain(f"({err})")
             return None
         pods.sort(key=lambda p: str(p.metadata.creation_timestamp or ""))
-        started = [p.metadata.name for p in pods if p.status and p.status.phase in STARTED]
-        return started[-1] if started else None
+        started = [p for p in pods if p.status and p.status.phase in STARTED]
+        if not started:
+            return None
+        pod = started[-1]
+        for status in pod.status.container_statuses or []:
+            if status.name == self._container:
+                ended = status.state is not None and status.state.terminated is not None
+                return pod.metadata.name, status.restart_count or 0, ended
+        return pod.metadata.name, 0, False
 
     def _stream(self, pod: str) -> None:
         from urllib3.exceptions import HTTPError
@@ -147,6 +166,7 @@ class PodLog:
 
     def _print(self, text: str) -> None:
         log.info(text)
+        self._shown += 1
         if STAGE_ERROR.match(text):
             self._errors[0] = text.strip()
         elif ERROR_LINE.search(text):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from vaecf.errors import VaecfError
-from vaecf.k8s import job, render
+from vaecf.k8s import job, pod_fields, render
 
 GROUP, VERSION, PLURAL = "sparkoperator.k8s.io", "v1beta2", "sparkapplications"
 APP_NAME_LABEL = "sparkoperator.k8s.io/app-name"  # on the driver and executor pods
@@ -53,7 +53,8 @@ def application_state(app: dict[str, Any]) -> job.Outcome | None:
 KIND = job.Kind(kind="SparkApplication", group=GROUP, version=VERSION, plural=PLURAL,
                 noun="sparkapplication", outcome=application_state, role="driver",
                 selector=f"{APP_NAME_LABEL}={{name}},spark-role=driver",
-                pods=f"{APP_NAME_LABEL}={{name}}", again="to run it again")
+                pods=f"{APP_NAME_LABEL}={{name}}", again="to run it again",
+                thing="application")
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,19 @@ def load_template(path: Path) -> dict[str, Any]:
     try:
         for role in ROLES:
             container(template["spec"], role)
+            check_pod_template(template["spec"][role]["template"], role)
     except VaecfError as err:
         raise VaecfError(f"{path}: {err}") from None
     return template
+
+
+def check_pod_template(template: dict[str, Any], role: str) -> None:
+    """Refuse a key a pod template does not have (the operator would drop it silently)."""
+    found = pod_fields.unknown_field(template, "V1PodTemplateSpec", f"spec.{role}.template")
+    if found is not None:
+        raise VaecfError(f"{found}: not a field of a pod template (the Kubernetes API of the "
+                         f"kubernetes client {pod_fields.client_version()}); the Spark "
+                         "Operator would drop it silently")
 
 
 def pod_spec(spec: dict[str, Any], role: str) -> dict[str, Any]:

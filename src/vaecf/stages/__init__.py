@@ -118,6 +118,7 @@ def launcher_flags(parser: argparse.ArgumentParser, *, resource: str, image: str
     ``launch-sparkapp``): the run id that names the resource, its image and namespace, the S3
     Secret, the template, and the deadlines."""
     from vaecf.k8s.client import REQUEST_TIMEOUT
+    from vaecf.k8s.job import CLEANUP_SECONDS
 
     parser.add_argument("--run-id", required=True,
                         help=f"pipeline run id; the {resource}'s name is derived from it")
@@ -129,8 +130,11 @@ def launcher_flags(parser: argparse.ArgumentParser, *, resource: str, image: str
     # A str, not a Path: Path("s3://b/k") is the local "s3:/b/k", which the check would miss.
     location(parser, "--template", Role.LOCAL_FILE, default=None, help=template)
     parser.add_argument("--timeout", type=finite_positive, default=timeout,
-                        help=f"seconds before the {resource} is deleted and the step fails "
-                             "(also its activeDeadlineSeconds, which stops it if the step dies)")
+                        help=f"deadline in seconds for the step's Kubernetes calls and the "
+                             f"{resource}: then the {resource} is deleted (within "
+                             f"{CLEANUP_SECONDS:g} s more) "
+                             "and the step fails (also its activeDeadlineSeconds, which stops "
+                             "it if the step dies)")
     parser.add_argument("--request-timeout", type=finite_positive, default=REQUEST_TIMEOUT,
                         help="seconds each Kubernetes API call may wait for an answer")
 

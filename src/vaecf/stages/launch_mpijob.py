@@ -105,13 +105,9 @@ def launch(args: argparse.Namespace) -> None:
                      request_timeout=args.request_timeout)
     job.refuse_deleted(args.store, run, args.run_id)
     with publish(args.output, manifest_name("train"), [args.split]) as staging:
-
-        def stage_split() -> None:
-            log.info(f"staging the split at {params.split_uri}")
-            storage.upload_dir(Path(args.split), params.split_uri)
-
         job.run_to_end(run, body, args.timeout, args.store, args.run_id,
-                       None if storage.is_s3(args.split) else stage_split)
+                       None if storage.is_s3(args.split) else (Path(args.split),
+                                                               params.split_uri))
         with open_input(params.model_uri) as model:
             manifest = read_manifest(model, "train")
             shutil.copytree(model, staging, dirs_exist_ok=True)

@@ -97,13 +97,8 @@ def launch(args: argparse.Namespace) -> None:
     job.refuse_deleted(store, run, args.run_id)
     written = STAGES[args.stage][1]
     with publish(args.output, manifest_name(written), [args.input]) as staging:
-
-        def stage_input() -> None:
-            log.info(f"staging the input at {input_uri}")
-            storage.upload_dir(Path(args.input), input_uri)
-
         job.run_to_end(run, body, args.timeout, store, args.run_id,
-                       None if storage.is_s3(args.input) else stage_input)
+                       None if storage.is_s3(args.input) else (Path(args.input), input_uri))
         with open_input(output_uri) as output:
             read_manifest(output, written)
             shutil.copytree(output, staging, dirs_exist_ok=True)
