@@ -153,7 +153,7 @@ def check_bounds(stage: str, parser: argparse.ArgumentParser, args: Any) -> None
         if entry is None:
             continue
         for number in value if isinstance(value, list | tuple) else [value]:
-            if not _number(number):
+            if not isinstance(number, int | float) or isinstance(number, bool):
                 continue
             if not (math.isfinite(number) and entry.low <= number <= entry.high):
                 raise VaecfError(f"{flag} {number}: expected {_shown(entry.low)}.."
