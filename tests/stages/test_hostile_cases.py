@@ -409,3 +409,19 @@ def test_evaluate_refuses_a_model_whose_split_digest_was_edited(
     one_line(cli("evaluate", "--split", other, "--model", model, "--output", tmp_path / "m"),
              "evaluate", "trained on another split")
     assert not (tmp_path / "m").exists()
+
+
+# ---- train: the model's size is checked before anything is written
+
+def test_a_model_too_large_for_memory_leaves_nothing(cli, synthetic_split, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """RecVAE's encoder blocks count: 20 layers of 1,024 hold ~21M parameters (~330 MB with
+    Adam), refused on a machine pinned to 200 MB before the output is locked or staged."""
+    from vaecf.train import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 200 * 2**20)
+    one_line(cli("train", "--split", synthetic_split(), "--output", tmp_path / "model",
+                 "--epochs", "1", "--batch-size", "100", "--hidden", "1024", "--latent", "8",
+                 "--encoder-layers", "20"),
+             "train", "--encoder-layers 20 with 300 items: training needs at least")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no lock, staging, checkpoints
