@@ -425,3 +425,33 @@ def test_a_model_too_large_for_memory_leaves_nothing(cli, synthetic_split, tmp_p
                  "--encoder-layers", "20"),
              "train", "--encoder-layers 20 with 300 items: training needs at least")
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no lock, staging, checkpoints
+
+
+# ---- split: an edited manifest is one line, whatever number it holds
+
+@pytest.mark.parametrize("rows", [2**64, 2**63, -1])
+def test_an_edited_row_group_count_is_one_line(cli, synthetic_split, tmp_path: Path,
+                                               rows: int) -> None:
+    split = tmp_path / "split"
+    shutil.copytree(synthetic_split(), split)
+    manifest = json.loads((split / "dataset_manifest.json").read_text())
+    manifest["train_row_groups"][0][1] = rows
+    (split / "dataset_manifest.json").write_text(json.dumps(manifest))
+    one_line(cli("train", "--split", split, "--output", tmp_path / "model", *SMALL),
+             "train", "dataset_manifest.json: 'train_row_groups': expected")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["split"]
+
+
+# ---- report: trials.jsonl as a hand may have edited it
+
+@pytest.mark.parametrize("where", ["val", "val_stderr"])
+def test_a_trial_with_a_nan_metric_is_one_line(cli, tmp_path: Path, where: str) -> None:
+    keys = ("ndcg_at_100", "recall_at_20", "recall_at_50")
+    trials = [{"trial": i, "params": {"hidden": 600}, "val": dict.fromkeys(keys, 0.4 + i / 10),
+               "val_stderr": dict.fromkeys(keys, 0.01)} for i in range(2)]
+    trials[1][where]["ndcg_at_100"] = float("nan")
+    path = tmp_path / "trials.jsonl"
+    path.write_text("".join(json.dumps(t) + "\n" for t in trials))
+    one_line(cli("report", "--trials", path, "--output", tmp_path / "report"), "report",
+             f"{path}: line 2: ")
+    assert not (tmp_path / "report").exists()
