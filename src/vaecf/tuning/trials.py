@@ -162,7 +162,7 @@ def read_trials(uri: str) -> list[dict[str, Any]]:
                              f"'val' ({', '.join(VAL_KEYS)}, finite numbers)")
         errors = entry.get("val_stderr") or {}
         if not (isinstance(errors, dict) and all(
-                errors.get(k) is None or _finite(errors[k]) and errors[k] >= 0
+                errors.get(k) is None or (_finite(errors[k]) and errors[k] >= 0)
                 for k in VAL_KEYS)):
             raise VaecfError(f"{uri}: line {number}: 'val_stderr': expected finite numbers "
                              ">= 0 or null")
