@@ -29,6 +29,7 @@ MAX_SEED = 2**31 - 1
 COUNT = 2**31 - 1
 EPOCHS = 10**6  # an epoch is a pass over every training user
 PROCESSES = 65536  # Horovod ranks, hosts or shares of the users
+FLOAT32_MAX = 3.4028234663852886e38
 DAY = 86400.0
 YEAR = 365 * DAY
 
@@ -66,7 +67,7 @@ BOUNDS: dict[str, Bound] = {
     "--batch-size": Bound(1, COUNT, "int32 user indices"),
     "--batch-sizes": Bound(1, COUNT, "int32 user indices"),
     "--batch-per-rank": Bound(1, COUNT, "int32 user indices"),
-    "--learning-rate": Bound(0, 10, "Adam diverges far below it"),
+    "--learning-rate": Bound(0, FLOAT32_MAX, "float32's largest, the optimizer's"),
     "--beta-cap": Bound(0, 1000, "a KL weight (the paper's cap: 0.2)"),
     "--anneal-steps": Bound(0, COUNT, "int32 step counts"),
     "--dropout": Bound(0, 1, "a rate"),
