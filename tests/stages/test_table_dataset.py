@@ -414,3 +414,35 @@ def test_a_source_larger_than_the_free_space_is_refused_before_it_is_copied(  # 
                         "--output", tmp_path / "raw"), tmp_path / "raw",
                     "14 bytes to copy, 10 free on ")
     assert copies == []
+
+
+# ---- one id limit, the server's, where ids enter
+
+@pytest.mark.parametrize("name", ["a.csv", "a.parquet"])
+@pytest.mark.parametrize("column", ["user", "item"])
+def test_an_id_longer_than_serving_takes_is_refused_at_preprocess(  # type: ignore[no-untyped-def]
+        cli, tmp_path: Path, name: str, column: str) -> None:
+    from vaecf.io.readers import MAX_ID_BYTES
+
+    long = "é" * (MAX_ID_BYTES // 2 + 1)  # 129 characters, 258 bytes of UTF-8
+    rows = {"user": ["u1", "u2", "u1"], "item": ["i1", "i1", "i2"]}
+    rows[column][0] = long
+    source = tmp_path / "source"
+    if name.endswith(".csv"):
+        _text(source / name, "user,item\n" + "".join(f"{u},{i}\n" for u, i in
+                                                     zip(rows["user"], rows["item"], strict=True)))
+    else:
+        _parquet(source / name, rows)
+    code, _, err = cli("download", "--dataset", "table", "--source", source, *IMPLICIT,
+                       "--output", tmp_path / "raw")
+    assert code == 0, err
+    preprocess_failed(cli("preprocess", "--input", tmp_path / "raw", "--output",
+                          tmp_path / "out", *KEEP_ALL), tmp_path / "out",
+                      f"{name}: {column}_id 'éééé", "is 258 bytes long (an id is at most 256")
+
+
+def test_the_id_limit_is_the_servers() -> None:
+    from vaecf.io.readers import MAX_ID_BYTES
+    from vaecf.serve.protocol import MAX_ID_BYTES as served
+
+    assert served == MAX_ID_BYTES

@@ -25,6 +25,7 @@ import pyarrow as pa
 from vaecf.data.readers import RawInteractions, concat_ids
 from vaecf.data.splits import save_parquet
 from vaecf.errors import VaecfError
+from vaecf.io.readers import check_ids
 
 Ids: TypeAlias = "np.ndarray | pd.Categorical"
 PROTOCOLS = ("mission", "paper")
@@ -128,6 +129,9 @@ def preprocess(raw: RawInteractions | Iterable[RawInteractions],
     del users
     item_codes, item_ids = pd.factorize(items, sort=True)
     del items
+    where = files[0] if len(files) == 1 else f"{len(files)} files ({files[0]}, ...)"
+    check_ids(user_ids, "user_id", where)  # each distinct id once
+    check_ids(item_ids, "item_id", where)
     n_items = len(item_ids)
     counts["raw"] = {"rows": seen[0].rows, "users": seen[0].count(user_ids),
                      "items": seen[1].count(item_ids)}
