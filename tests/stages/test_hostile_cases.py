@@ -455,3 +455,32 @@ def test_a_trial_with_a_nan_metric_is_one_line(cli, tmp_path: Path, where: str) 
     one_line(cli("report", "--trials", path, "--output", tmp_path / "report"), "report",
              f"{path}: line 2: ")
     assert not (tmp_path / "report").exists()
+
+
+# ---- the Spark engine: one line on stderr, and its files kept with the stage's
+
+@pytest.mark.slow
+def test_spark_keeps_its_jvm_banner_and_local_dirs_to_the_stage(cli, tmp_path: Path) -> None:
+    """A session vaecf starts itself (a process of its own: the suite's session would be
+    reused in process) prints its JVM's banner nowhere near stderr, and puts Spark's local
+    dirs in the stage's staging area, which a killed run's successor removes."""
+    (tmp_path / "ratings.csv").write_text("userId,movieId,rating,timestamp\n1,2,3.0,4\n"
+                                          "1,3,x,5\n")
+    assert cli("download", "--dataset", "movielens", "--source", tmp_path / "ratings.csv",
+               "--output", tmp_path / "raw")[0] == 0
+    (tmp_path / "tmp").mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SPARK_HOME", "MASTER", "SPARK_CONF_DIR", "SPARK_LOCAL_DIRS")}
+    done = subprocess.run(
+        [sys.executable, "-m", "vaecf.cli", "preprocess", "--input", str(tmp_path / "raw"),
+         "--output", str(tmp_path / "out"), "--engine", "spark"],
+        env={**env, "TMPDIR": str(tmp_path / "tmp"), "PYSPARK_PYTHON": sys.executable},
+        capture_output=True, text=True, timeout=600)
+    assert (done.returncode, done.stderr) == (
+        1, "vaecf preprocess: error: ratings.csv: line 3: column 'rating': 'x' is not a "
+           "number\n"), done.stdout[-3000:]
+    local = done.stdout.split("local dirs in ", 1)[1].split("\n", 1)[0]
+    assert Path(local).parent.name.startswith(".out.staging-") and Path(local).parent.parent \
+        == tmp_path, local
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ratings.csv", "raw", "tmp"]
+    assert list((tmp_path / "tmp").iterdir()) == []

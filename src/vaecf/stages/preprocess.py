@@ -125,7 +125,7 @@ def _spark(dataset: Dataset, raw_dir: Path, names: list[str], extracted: Path,
            ) -> tuple[list[str], dict[str, Any]]:
     from vaecf.data.spark.session import spark_session
 
-    with spark_session() as spark:
+    with spark_session(output.parent) as spark:
         from vaecf.data.spark import preprocess as engine
         from vaecf.data.spark.raw import read_raw as read_frame
 
