@@ -423,7 +423,8 @@ def test_a_model_too_large_for_memory_leaves_nothing(cli, synthetic_split, tmp_p
     one_line(cli("train", "--split", synthetic_split(), "--output", tmp_path / "model",
                  "--epochs", "1", "--batch-size", "100", "--hidden", "1024", "--latent", "8",
                  "--encoder-layers", "20"),
-             "train", "--encoder-layers 20 with 300 items: training needs at least")
+             "train", "--hidden 1024 --latent 8 with 300 items: training needs at least",
+             "parameters in 20 encoder layers")
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no lock, staging, checkpoints
 
 

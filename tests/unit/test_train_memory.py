@@ -35,8 +35,9 @@ def test_parameter_count_of_recvae_encoders_is_the_built_models() -> None:
 def test_the_check_counts_the_encoder_layers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(memory, "available_bytes", lambda: memory.GIB)
     memory.check_fits(20_000, 600, 200, 500, None, encoder_layers=5)
-    with pytest.raises(VaecfError, match=r"--encoder-layers 64 with 20,000 items: training "
-                                         r"needs at least 1\.9 GiB"):
+    with pytest.raises(VaecfError, match=r"--hidden 1024 --latent 200 with 20,000 items: "
+                                         r"training needs at least 1\.9 GiB of memory "
+                                         r"\([\d,]+ parameters in 64 encoder layers"):
         memory.check_fits(20_000, 1_024, 200, 500, None, encoder_layers=64)
     with pytest.raises(VaecfError, match=r"more than the 2,147,483,647 this trainer"):
         memory.check_fits(300, 65_536, 200, 100, None, encoder_layers=64)

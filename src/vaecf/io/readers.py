@@ -52,10 +52,13 @@ def check_ids(ids: Any, column: str, where: str) -> None:
     """Refuse, in one line, ids of ``column`` longer than ``MAX_ID_BYTES``."""
     found = long_id(ids)
     if found is not None:
-        text, size = found
-        raise VaecfError(f"{where}: {column} {text[:40]!r}... is {size:,} bytes long (an id is "
-                         f"at most {MAX_ID_BYTES} bytes of UTF-8: vaecf serve refuses longer "
-                         "ones)")
+        raise id_too_long(where, column, *found)
+
+
+def id_too_long(where: str, column: str, text: str, size: int) -> VaecfError:
+    """The one line refusing an id of ``size`` bytes (``MAX_ID_BYTES``), every engine's."""
+    return VaecfError(f"{where}: {column} {text[:40]!r}... is {size:,} bytes long (an id is "
+                      f"at most {MAX_ID_BYTES} bytes of UTF-8: vaecf serve refuses longer ones)")
 
 
 def read_bytes(path: Path, where: str | None = None, limit: int | None = None) -> bytes:

@@ -71,8 +71,9 @@ BOUNDS: dict[str, Bound] = {
     "--beta-cap": Bound(0, 1000, "a KL weight (the paper's cap: 0.2)"),
     "--anneal-steps": Bound(0, COUNT, "int32 step counts"),
     "--dropout": Bound(0, 1, "a rate"),
-    "--hidden": Bound(1, 2**16, "a layer's width"),
-    "--latent": Bound(1, 2**16, "a layer's width"),
+    # a layer's width: int32 shapes; the model's size is checked against memory at the start
+    "--hidden": Bound(1, COUNT, "int32 shapes"),
+    "--latent": Bound(1, COUNT, "int32 shapes"),
     "--l2": Bound(0, 1e6, "a weight penalty"),
     "--validate-every": Bound(1, EPOCHS, "epochs"),
     "--checkpoint-interval": Bound(0, YEAR, "a year"),

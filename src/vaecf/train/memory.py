@@ -106,17 +106,17 @@ def check_fits(n_items: int, hidden: int, latent: int, users: int, chunk: int | 
     found by allocating.
     """
     count = parameters(n_items, hidden, latent, encoder_layers)
-    layers = f" --encoder-layers {encoder_layers}" if encoder_layers > 1 else ""
-    what = f"--hidden {hidden} --latent {latent}{layers} with {n_items:,} items"
+    what = f"--hidden {hidden} --latent {latent} with {n_items:,} items"
+    layers = f" in {encoder_layers} encoder layers" if encoder_layers > 1 else ""
     if count > MAX_PARAMETERS:
-        raise VaecfError(f"{what}: {count:,} parameters, more than the {MAX_PARAMETERS:,} "
-                         "this trainer supports (use a smaller --hidden, --latent or "
-                         "--encoder-layers)")
+        raise VaecfError(f"{what}: {count:,} parameters{layers}, more than the "
+                         f"{MAX_PARAMETERS:,} this trainer supports (use a smaller --hidden, "
+                         "--latent or --encoder-layers)")
     needed = training_bytes(n_items, hidden, latent, users, chunk, encoder_layers,
                             composite_prior)
     free = available_bytes()
     if free is not None and needed > free:
         raise VaecfError(f"{what}: training needs at least {needed / GIB:,.1f} GiB of memory "
-                         f"({count:,} parameters with Adam's moments, and a step's "
-                         f"activations), {free / GIB:,.1f} GiB is available (use a smaller "
+                         f"({count:,} parameters{layers} with Adam's moments, and a "
+                         f"step's activations), {free / GIB:,.1f} GiB is available (use a smaller "
                          "--hidden, --latent, --encoder-layers or --batch-size)")
