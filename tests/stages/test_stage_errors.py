@@ -85,11 +85,11 @@ def test_no_stage_or_unknown_stage(cli) -> None:  # type: ignore[no-untyped-def]
 def test_every_numeric_flag_has_a_bound() -> None:
     """A flag added later (any stage) fails here until it has an entry in the table."""
     from vaecf.cli import build_parser
-    from vaecf.stages.bounds import bound, numeric_flags
+    from vaecf.io.bounds import bound, numeric_flags
 
     unbounded = [f"{stage} {flag}" for stage in STAGES
                  for flag, _ in numeric_flags(build_parser(stage)) if bound(stage, flag) is None]
-    assert not unbounded, f"add these to vaecf.stages.bounds.BOUNDS: {unbounded}"
+    assert not unbounded, f"add these to vaecf.io.bounds.BOUNDS: {unbounded}"
 
 
 @pytest.mark.parametrize("stage", list(STAGES))
@@ -98,7 +98,7 @@ def test_a_number_past_its_bound_is_one_line_in_every_stage(stage: str) -> None:
 
     from vaecf.cli import build_parser
     from vaecf.errors import VaecfError
-    from vaecf.stages.bounds import bound, check_bounds, numeric_flags
+    from vaecf.io.bounds import bound, check_bounds, numeric_flags
 
     parser = build_parser(stage)
     for flag, dest in numeric_flags(parser):

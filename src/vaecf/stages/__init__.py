@@ -9,7 +9,7 @@ exit 2).
 Every flag that names a location is added with ``location(parser, flag, role, ...)``:
 ``run_stage`` checks all of them (``vaecf.io.roles``) before the stage's body runs, and
 ``location_table`` lists them for the tests that attack every one. Every flag that takes a
-number has its bounds in the one table of ``vaecf.stages.bounds``, checked there too.
+number has its bounds in the one table of ``vaecf.io.bounds``, checked there too.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from vaecf.errors import VaecfError
+from vaecf.io.bounds import MAX_SEED, check_bounds
 from vaecf.io.publish import DISK_ERRORS
 from vaecf.io.roles import Location, Role, check_locations, values
-from vaecf.stages.bounds import MAX_SEED, check_bounds
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -8,7 +8,8 @@ one name means different things in different stages, by ``"<stage> <flag>"`` (wh
 never a ``MemoryError`` or an overflow deep in training. The argparse types keep their
 finer checks (``> 0``, finite); this table adds what a type alone does not know: how large
 a value can meaningfully be. A stage test walks every parser of ``vaecf.cli`` and fails on a
-numeric flag without an entry, so a flag added later gets one.
+numeric flag without an entry, so a flag added later gets one. A search space of ``vaecf
+tune`` takes its largest values from here too (``vaecf.tuning.space``).
 """
 
 from __future__ import annotations
