@@ -162,7 +162,7 @@ def test_sigterm_deletes_the_job(env, monkeypatch) -> None:
 
 @pytest.mark.parametrize(("extra", "message"), [
     (["--workers", "0"], "--workers 0: expected 1..1024"),
-    (["--batch-per-rank", "0"], "--batch-per-rank 0: expected >= 1"),
+    (["--batch-per-rank", "0"], "--batch-per-rank 0: expected 1.."),
     (["--lr-scaling", "cubic"], "--lr-scaling 'cubic': expected one of none, sqrt, linear"),
     (["--compression", "fp8"], "--compression 'fp8': expected one of none, fp16"),
     (["--nccl-debug", "LOUD"], "--nccl-debug 'LOUD': expected one of VERSION, WARN, INFO"),

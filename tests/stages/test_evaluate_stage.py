@@ -230,10 +230,10 @@ def test_split_manifest_must_list_the_files_read(synthetic_split, cli, tmp_path:
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--export-top-k", "0"], "--export-top-k must be >= 1"),
+    (["--export-top-k", "0"], "--export-top-k 0: expected 1.."),
     (["--subset", "train"], "--subset: unknown subset 'train'"),
     (["--baselines", "itemknn"], "--baselines: unknown baseline 'itemknn'"),
-    (["--batch-users", "0"], "--batch-users must be >= 1"),
+    (["--batch-users", "0"], "--batch-users 0: expected 1.."),
     (["--model", "missing-model-dir"], "missing-model-dir: input directory does not exist"),
 ])
 def test_bad_flags(synthetic_split, cli, tmp_path: Path, flags: list[str], message: str

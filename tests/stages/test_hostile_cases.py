@@ -409,3 +409,79 @@ def test_evaluate_refuses_a_model_whose_split_digest_was_edited(
     one_line(cli("evaluate", "--split", other, "--model", model, "--output", tmp_path / "m"),
              "evaluate", "trained on another split")
     assert not (tmp_path / "m").exists()
+
+
+# ---- train: the model's size is checked before anything is written
+
+def test_a_model_too_large_for_memory_leaves_nothing(cli, synthetic_split, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """RecVAE's encoder blocks count: 20 layers of 1,024 hold ~21M parameters (~330 MB with
+    Adam), refused on a machine pinned to 200 MB before the output is locked or staged."""
+    from vaecf.train import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 200 * 2**20)
+    one_line(cli("train", "--split", synthetic_split(), "--output", tmp_path / "model",
+                 "--epochs", "1", "--batch-size", "100", "--hidden", "1024", "--latent", "8",
+                 "--encoder-layers", "20"),
+             "train", "--hidden 1024 --latent 8 with 300 items: training needs at least",
+             "parameters in 20 encoder layers")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no lock, staging, checkpoints
+
+
+# ---- split: an edited manifest is one line, whatever number it holds
+
+@pytest.mark.parametrize("rows", [2**64, 2**63, -1])
+def test_an_edited_row_group_count_is_one_line(cli, synthetic_split, tmp_path: Path,
+                                               rows: int) -> None:
+    split = tmp_path / "split"
+    shutil.copytree(synthetic_split(), split)
+    manifest = json.loads((split / "dataset_manifest.json").read_text())
+    manifest["train_row_groups"][0][1] = rows
+    (split / "dataset_manifest.json").write_text(json.dumps(manifest))
+    one_line(cli("train", "--split", split, "--output", tmp_path / "model", *SMALL),
+             "train", "dataset_manifest.json: 'train_row_groups': expected")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["split"]
+
+
+# ---- report: trials.jsonl as a hand may have edited it
+
+@pytest.mark.parametrize("where", ["val", "val_stderr"])
+def test_a_trial_with_a_nan_metric_is_one_line(cli, tmp_path: Path, where: str) -> None:
+    keys = ("ndcg_at_100", "recall_at_20", "recall_at_50")
+    trials = [{"trial": i, "params": {"hidden": 600}, "val": dict.fromkeys(keys, 0.4 + i / 10),
+               "val_stderr": dict.fromkeys(keys, 0.01)} for i in range(2)]
+    trials[1][where]["ndcg_at_100"] = float("nan")
+    path = tmp_path / "trials.jsonl"
+    path.write_text("".join(json.dumps(t) + "\n" for t in trials))
+    one_line(cli("report", "--trials", path, "--output", tmp_path / "report"), "report",
+             f"{path}: line 2: ")
+    assert not (tmp_path / "report").exists()
+
+
+# ---- the Spark engine: one line on stderr, and its files kept with the stage's
+
+@pytest.mark.slow
+def test_spark_keeps_its_jvm_banner_and_local_dirs_to_the_stage(cli, tmp_path: Path) -> None:
+    """A session vaecf starts itself (a process of its own: the suite's session would be
+    reused in process) prints its JVM's banner nowhere near stderr, and puts Spark's local
+    dirs in the stage's staging area, which a killed run's successor removes."""
+    (tmp_path / "ratings.csv").write_text("userId,movieId,rating,timestamp\n1,2,3.0,4\n"
+                                          "1,3,x,5\n")
+    assert cli("download", "--dataset", "movielens", "--source", tmp_path / "ratings.csv",
+               "--output", tmp_path / "raw")[0] == 0
+    (tmp_path / "tmp").mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SPARK_HOME", "MASTER", "SPARK_CONF_DIR", "SPARK_LOCAL_DIRS")}
+    done = subprocess.run(
+        [sys.executable, "-m", "vaecf.cli", "preprocess", "--input", str(tmp_path / "raw"),
+         "--output", str(tmp_path / "out"), "--engine", "spark"],
+        env={**env, "TMPDIR": str(tmp_path / "tmp"), "PYSPARK_PYTHON": sys.executable},
+        capture_output=True, text=True, timeout=600)
+    assert (done.returncode, done.stderr) == (
+        1, "vaecf preprocess: error: ratings.csv: line 3: column 'rating': 'x' is not a "
+           "number\n"), done.stdout[-3000:]
+    local = done.stdout.split("local dirs in ", 1)[1].split("\n", 1)[0]
+    assert Path(local).parent.name.startswith(".out.staging-") and Path(local).parent.parent \
+        == tmp_path, local
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ratings.csv", "raw", "tmp"]
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -233,7 +233,7 @@ def test_input_manifest_missing_or_not_matching(cli, tmp_path: Path) -> None:  #
 def test_bad_flags(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     raw = download(cli, tmp_path, "ratings.csv", _ratings())
     for flags, expected in ((["--protocol", "best"], "--protocol: unknown protocol 'best'"),
-                            (["--min-item-users", "-1"], "--min-item-users: must be >= 0")):
+                            (["--min-item-users", "-1"], "--min-item-users -1: expected 0..")):
         result = cli("preprocess", "--input", raw, "--output", tmp_path / "out", *flags)
         assert_failed(result, tmp_path / "out", expected)
 

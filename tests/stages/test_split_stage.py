@@ -166,10 +166,10 @@ def test_manifest_listing_no_files_and_missing_parquet(cli, tmp_path: Path) -> N
 
 @pytest.mark.parametrize(("flags", "expected"), [
     (["--seed", "-1"], "argument --seed: expected an integer from 0 to"),
-    (["--val-fraction", "1.5"], "--val-fraction: must be between 0 and 1"),
+    (["--val-fraction", "1.5"], "--val-fraction 1.5: expected 0..1"),
     (["--val-fraction", "0.6", "--test-fraction", "0.5"], "--val-fraction + --test-fraction"),
     (["--protocol", "x"], "--protocol: unknown protocol 'x'"),
-    (["--heldout-users", "0"], "--heldout-users: must be >= 1"),
+    (["--heldout-users", "0"], "--heldout-users 0: expected 1.."),
 ])
 def test_bad_flags(cli, tmp_path: Path, flags: list[str], expected: str) -> None:  # type: ignore[no-untyped-def]
     source = interactions(tmp_path / "in", _pairs())

@@ -78,3 +78,56 @@ def test_no_stage_or_unknown_stage(cli) -> None:  # type: ignore[no-untyped-def]
         code, out, err = cli(*argv)
         assert (code, out) == (1, "")
         assert err == f"vaecf: error: {given} (one of: {', '.join(STAGES)})\n"
+
+
+# ---- numbers: every numeric flag of every stage has its bounds in one table
+
+def test_every_numeric_flag_has_a_bound() -> None:
+    """A flag added later (any stage) fails here until it has an entry in the table."""
+    from vaecf.cli import build_parser
+    from vaecf.io.bounds import bound, numeric_flags
+
+    unbounded = [f"{stage} {flag}" for stage in STAGES
+                 for flag, _ in numeric_flags(build_parser(stage)) if bound(stage, flag) is None]
+    assert not unbounded, f"add these to vaecf.io.bounds.BOUNDS: {unbounded}"
+
+
+@pytest.mark.parametrize("stage", list(STAGES))
+def test_a_number_past_its_bound_is_one_line_in_every_stage(stage: str) -> None:
+    import argparse
+
+    from vaecf.cli import build_parser
+    from vaecf.errors import VaecfError
+    from vaecf.io.bounds import bound, check_bounds, numeric_flags
+
+    parser = build_parser(stage)
+    for flag, dest in numeric_flags(parser):
+        entry = bound(stage, flag)
+        assert entry is not None, flag
+        for value in (entry.high * 10 + 1, float("nan"), entry.low - 1):
+            with pytest.raises(VaecfError, match=f"^{flag} "):
+                check_bounds(stage, parser, argparse.Namespace(**{dest: value}))
+        check_bounds(stage, parser, argparse.Namespace(**{dest: entry.high}))
+
+
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--alternate", str(10**18)), ("--kl-per-item", "1e308"), ("--encoder-layers", "1000000"),
+    ("--implicit-slim-lambda", "1e308"), ("--implicit-slim-alpha", "1e308"),
+    ("--epochs", str(10**18)), ("--hidden", str(2**40)),
+])
+def test_train_refuses_a_number_past_its_bound(cli, flag: str, value: str) -> None:  # type: ignore[no-untyped-def]
+    one_line("train", cli("train", *TRAIN, flag, value), f"{flag} ", ": expected ")
+    assert not Path("nowhere").exists()
+
+
+@pytest.mark.parametrize(("stage", "argv"), [
+    ("split", ["--input", "nowhere/interactions", "--output", "nowhere/split",
+               "--val-fraction", "nan"]),
+    ("preprocess", ["--input", "nowhere/raw", "--output", "nowhere/interactions",
+                    "--min-rating", "inf"]),
+    ("download", ["--dataset", "synthetic", "--output", "nowhere/raw",
+                  "--synthetic-users", str(2**40)]),
+])
+def test_other_stages_refuse_numbers_past_their_bounds(cli, stage: str, argv: list[str]) -> None:  # type: ignore[no-untyped-def]
+    one_line(stage, cli(stage, *argv), f"{argv[-2]} ", ": expected ")
+    assert not Path("nowhere").exists()

@@ -348,3 +348,101 @@ def test_text_ids_reach_the_split_as_written(cli, tmp_path: Path) -> None:  # ty
     assert sorted(user_index["user_id"].to_pylist()) == sorted(
         [f"u{u:03d}" for u in range(60)] + [str(u) for u in range(60)])
     assert sorted(item_index["item_id"].to_pylist()) == sorted(f"0{i}" for i in range(12))
+
+
+# ---- a source folder is read where it lies, and only there
+
+def test_a_link_out_of_the_source_folder_stops_download(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Another tenant's CSV, linked into the folder a pipeline step reads, is never copied."""
+    source = tmp_path / "source"
+    _text(source / "a.csv", "user,item\nu,i\n")
+    secret = _text(tmp_path / "elsewhere" / "secret.csv", "user,item\ntheirs,x\n")
+    (source / "b.csv").symlink_to(secret)
+    download_failed(cli("download", "--dataset", "table", "--source", source, *IMPLICIT,
+                        "--output", tmp_path / "raw"), tmp_path / "raw",
+                    "'b.csv' leads out of its folder through a symbolic link")
+
+
+def test_a_link_inside_the_source_folder_is_read(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    source = tmp_path / "source"
+    _text(source / "2024" / "a.csv", "user,item\nu,i\n")
+    (source / "b.csv").symlink_to(source / "2024" / "a.csv")
+    code, _, err = cli("download", "--dataset", "table", "--source", source, *IMPLICIT,
+                       "--output", tmp_path / "raw")
+    assert code == 0, err
+    assert (tmp_path / "raw" / "b.csv").read_text() == "user,item\nu,i\n"
+
+
+@pytest.fixture()
+def copies(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The local files download copies, recorded."""
+    from vaecf.data import fetch
+
+    copied: list[Path] = []
+    real = fetch._copy_local
+
+    def copy(path: Path, dest: Path) -> None:
+        copied.append(path)
+        real(path, dest)
+
+    monkeypatch.setattr(fetch, "_copy_local", copy)
+    return copied
+
+
+def test_a_huge_file_without_a_header_is_refused_before_it_is_copied(  # type: ignore[no-untyped-def]
+        cli, tmp_path: Path, copies: list[Path]) -> None:
+    source = tmp_path / "source"
+    _text(source / "a.csv", "user,item\nu,i\n")
+    with open(source / "b.csv", "wb") as handle:  # sparse: 256 MiB of NULs, no blocks
+        handle.truncate(256 << 20)
+    download_failed(cli("download", "--dataset", "table", "--source", source, *IMPLICIT,
+                        "--output", tmp_path / "raw"), tmp_path / "raw",
+                    "b.csv: line 1: header longer than 64 KiB")
+    assert copies == []
+
+
+def test_a_source_larger_than_the_free_space_is_refused_before_it_is_copied(  # type: ignore[no-untyped-def]
+        cli, tmp_path: Path, copies: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(1 << 30, 1 << 30, 10))
+    source = tmp_path / "source"
+    _text(source / "a.csv", "user,item\nu,i\n")
+    download_failed(cli("download", "--dataset", "table", "--source", source, *IMPLICIT,
+                        "--output", tmp_path / "raw"), tmp_path / "raw",
+                    "14 bytes to copy, 10 free on ")
+    assert copies == []
+
+
+# ---- one id limit, the server's, where ids enter
+
+@pytest.mark.parametrize("name", ["a.csv", "a.parquet"])
+@pytest.mark.parametrize("column", ["user", "item"])
+def test_an_id_longer_than_serving_takes_is_refused_at_preprocess(  # type: ignore[no-untyped-def]
+        cli, tmp_path: Path, name: str, column: str) -> None:
+    from vaecf.io.readers import MAX_ID_BYTES
+
+    long = "é" * (MAX_ID_BYTES // 2 + 1)  # 129 characters, 258 bytes of UTF-8
+    rows = {"user": ["u1", "u2", "u1"], "item": ["i1", "i1", "i2"]}
+    rows[column][0] = long
+    source = tmp_path / "source"
+    if name.endswith(".csv"):
+        _text(source / name, "user,item\n" + "".join(f"{u},{i}\n" for u, i in
+                                                     zip(rows["user"], rows["item"], strict=True)))
+    else:
+        _parquet(source / name, rows)
+    code, _, err = cli("download", "--dataset", "table", "--source", source, *IMPLICIT,
+                       "--output", tmp_path / "raw")
+    assert code == 0, err
+    preprocess_failed(cli("preprocess", "--input", tmp_path / "raw", "--output",
+                          tmp_path / "out", *KEEP_ALL), tmp_path / "out",
+                      f"{name}: {column}_id 'éééé", "is 258 bytes long (an id is at most 256")
+
+
+def test_the_id_limit_is_the_servers() -> None:
+    from vaecf.io.readers import MAX_ID_BYTES
+    from vaecf.serve.protocol import MAX_ID_BYTES as served
+
+    assert served == MAX_ID_BYTES

@@ -143,7 +143,7 @@ def test_report_shows_every_trial(tuned, cli, tmp_path: Path) -> None:  # type: 
 @pytest.mark.parametrize(("flags", "message"), [
     (["--space", '{"momentum": [0.9]}'], "--space: unknown hyperparameter 'momentum'"),
     (["--space", '{"dropout": [1.5]}'], "--space: dropout 1.5: expected a number >= 0 and < 1"),
-    (["--trials", "0"], "--trials: expected >= 1, got 0"),
+    (["--trials", "0"], "--trials 0: expected 1..10000"),
     (["--collect-models", "a", "b", "--collect-evaluations", "c"],
      "--collect-models (2) and --collect-evaluations (1) must pair up one to one")])
 def test_bad_flags_fail_with_one_line(synthetic_split, cli, tmp_path: Path, flags: list[str],  # type: ignore[no-untyped-def]

@@ -17,6 +17,32 @@ def test_parameter_count_is_the_built_models() -> None:
     assert memory.parameters(301, 24, 8) == 305 * 24 + 25 * 16 + 9 * 24 + 25 * 304
 
 
+def test_parameter_count_of_recvae_encoders_is_the_built_models() -> None:
+    """RecVAE's deeper encoder (blocks and LayerNorms) and the composite prior's frozen copy
+    are counted: ``--encoder-layers`` must not slip past the size check."""
+    import numpy as np
+
+    from vaecf.model import MultVAE
+
+    model = MultVAE(301, hidden=24, latent=8, encoder_layers=4, composite_prior=True)
+    model.build_variables()
+    trained = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    assert memory.parameters(301, 24, 8, encoder_layers=4) == trained
+    frozen = sum(int(np.prod(w.shape)) for w in model.weights) - trained
+    assert memory.encoder_parameters(301, 24, 8, 4) == frozen
+
+
+def test_the_check_counts_the_encoder_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "available_bytes", lambda: memory.GIB)
+    memory.check_fits(20_000, 600, 200, 500, None, encoder_layers=5)
+    with pytest.raises(VaecfError, match=r"--hidden 1024 --latent 200 with 20,000 items: "
+                                         r"training needs at least 1\.9 GiB of memory "
+                                         r"\([\d,]+ parameters in 64 encoder layers"):
+        memory.check_fits(20_000, 1_024, 200, 500, None, encoder_layers=64)
+    with pytest.raises(VaecfError, match=r"more than the 2,147,483,647 this trainer"):
+        memory.check_fits(300, 65_536, 200, 100, None, encoder_layers=64)
+
+
 def test_available_memory_is_read_and_plausible() -> None:
     import os
 
@@ -34,8 +60,8 @@ def test_a_model_over_the_memory_is_refused_with_the_figures(
         memory.check_fits(20_000, 4_000, 200, 500, None)  # ~2.5 GiB
     assert str(refused.value) == (
         "--hidden 4000 --latent 200 with 20,000 items: training needs at least 2.5 GiB of "
-        "memory (162,428,400 parameters with Adam's moments), 1.0 GiB is available (use a "
-        "smaller --hidden, --latent or --batch-size)")
+        "memory (162,428,400 parameters with Adam's moments, and a step's activations), 1.0 "
+        "GiB is available (use a smaller --hidden, --latent, --encoder-layers or --batch-size)")
 
 
 def test_the_check_counts_the_logits_a_step_holds(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,7 +73,8 @@ def test_the_check_counts_the_logits_a_step_holds(monkeypatch: pytest.MonkeyPatc
         memory.check_fits(1_000_000, 200, 64, 4_096, None)
     memory.check_fits(1_000_000, 200, 64, 4_096, 4_096)
     assert memory.training_bytes(1_000_000, 200, 64, 4_096, 4_096) == (
-        memory.parameters(1_000_000, 200, 64) * memory.BYTES_PER_PARAMETER + 4_096 * 4_096 * 8)
+        memory.parameters(1_000_000, 200, 64) * memory.BYTES_PER_PARAMETER + 4_096 * 4_096 * 8
+        + 4_096 * (200 * 2 + 3 * 64) * 8)
 
 
 def test_a_sharded_trainer_checks_its_shard_and_the_whole_batch(
@@ -66,7 +93,7 @@ def test_a_sharded_trainer_checks_its_shard_and_the_whole_batch(
 
     checked = []
 
-    def check_fits(*args):
+    def check_fits(*args, **options):
         checked.append(args)
         raise VaecfError("refused")
 

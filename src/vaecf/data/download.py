@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from vaecf.data.readers.archive import is_archive, peek_data_files
 from vaecf.data.readers.interactions_table import probe_table
 from vaecf.errors import VaecfError
 from vaecf.io import storage
+from vaecf.io.location import local_path
 from vaecf.io.paths import inside
 
 # Of each data file's first line: one byte more than the longest header a reader accepts,
@@ -156,8 +159,43 @@ def _expand_source(source: str, reader: Reader) -> list[tuple[str, str]]:
         if not names:
             raise VaecfError(f"{source}: source directory holds no {wanted} "
                              f"among its {len(files)} files (subfolders included)")
-        return [(str(local / name), name) for name in names]
+        # a file of the folder that is a symbolic link to a file elsewhere (another tenant's)
+        # stops the stage, as a name climbing out with '..' does
+        return [(str(inside(local, name, source)), name) for name in names]
     return [(source, source_name(source))]
+
+
+def check_local_source(dataset: Dataset, source: str | None, output: str,
+                       columns: TableColumns | None = None) -> None:
+    """A local source's data files checked where they lie, before any byte is copied: what
+    ``inspect_download`` checks of the copies (names, header lines, a Parquet footer) and
+    that they fit on the output's file system. A 20 GiB file with no header is refused
+    without being copied and hashed first.
+
+    Archives are left to the check of the copies (looking into a tar reads all of it), and
+    so are a single file given through a symbolic link and any remote source.
+    """
+    if source is None or "://" in source.removeprefix("file://") or storage.is_s3(source):
+        return
+    local = Path(source.removeprefix("file://"))
+    if not local.exists() or (not local.is_dir() and local.is_symlink()):
+        return
+    reader = READERS[dataset.reader]
+    targets = _expand_source(source, reader)
+    names = [name for _, name in targets]
+    if any(is_archive(name) for name in names):
+        return
+    folder = local if local.is_dir() else local.parent
+    inspect_download(dataset, folder, names, source, columns)
+    size = sum((folder / name).stat().st_size for name in names)
+    # a local output is staged beside it; an S3 one in the temporary folder, then uploaded
+    target = Path(os.path.abspath(tempfile.gettempdir() if storage.is_s3(output)
+                                  else local_path(output)))
+    existing = next(p for p in (target, *target.parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    if size > free:
+        raise VaecfError(f"{source}: {size:,} bytes to copy, {free:,} free on "
+                         f"{existing}; nothing was written")
 
 
 def _files_below(directory: Path) -> list[Path]:

@@ -25,6 +25,7 @@ import pyarrow as pa
 from vaecf.data.readers import RawInteractions, concat_ids
 from vaecf.data.splits import save_parquet
 from vaecf.errors import VaecfError
+from vaecf.io.readers import check_ids
 
 Ids: TypeAlias = "np.ndarray | pd.Categorical"
 PROTOCOLS = ("mission", "paper")
@@ -128,6 +129,8 @@ def preprocess(raw: RawInteractions | Iterable[RawInteractions],
     del users
     item_codes, item_ids = pd.factorize(items, sort=True)
     del items
+    check_ids(user_ids, "user_id", files_read(files))  # each distinct id once
+    check_ids(item_ids, "item_id", files_read(files))
     n_items = len(item_ids)
     counts["raw"] = {"rows": seen[0].rows, "users": seen[0].count(user_ids),
                      "items": seen[1].count(item_ids)}
@@ -154,6 +157,12 @@ def preprocess(raw: RawInteractions | Iterable[RawInteractions],
     counts["output"] = _step(user_codes, item_codes, n_users, n_items)
     return Interactions(user_id=np.asarray(user_ids)[user_codes],
                         item_id=np.asarray(item_ids)[item_codes], counts=counts, files=files)
+
+
+def files_read(labels: Iterable[str]) -> str:
+    """The files read, as a message names them: one, or the count and the first."""
+    files = list(labels)
+    return files[0] if len(files) == 1 else f"{len(files)} files ({files[0]}, ...)"
 
 
 def _positives(blocks: Iterable[RawInteractions], config: FilterConfig

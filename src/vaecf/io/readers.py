@@ -25,6 +25,42 @@ TEXT_LIMIT = 4 * 1024 * 1024  # a template, a search space, a lease
 JSONL_LIMIT = 256 * 1024 * 1024  # a train log of a long run, a tuning sweep's trials
 
 
+# The longest raw id (UTF-8 bytes) any stage takes: the data stages refuse a longer one where
+# ids enter, so no model holds an item that ``vaecf serve`` (which refuses longer ids in a
+# request) could never be asked for. MBIDs are 36 bytes, SHA-1 hex 40.
+MAX_ID_BYTES = 256
+
+
+def long_id(ids: Any) -> tuple[str, int] | None:
+    """The first id of ``ids`` (n,) longer than ``MAX_ID_BYTES`` in UTF-8, with its length in
+    bytes; None when every one fits (integers always do)."""
+    import numpy as np
+    import pandas as pd
+
+    values = np.asarray(ids)
+    if values.dtype.kind in "biuf":
+        return None
+    chars = pd.Series(values, dtype=object, copy=False).str.len().to_numpy(dtype=float)
+    for index in np.flatnonzero(chars > MAX_ID_BYTES // 4):  # 4 bytes per character at most
+        size = len(str(values[index]).encode("utf-8", "surrogatepass"))
+        if size > MAX_ID_BYTES:
+            return str(values[index]), size
+    return None
+
+
+def check_ids(ids: Any, column: str, where: str) -> None:
+    """Refuse, in one line, ids of ``column`` longer than ``MAX_ID_BYTES``."""
+    found = long_id(ids)
+    if found is not None:
+        raise id_too_long(where, column, *found)
+
+
+def id_too_long(where: str, column: str, text: str, size: int) -> VaecfError:
+    """The one line refusing an id of ``size`` bytes (``MAX_ID_BYTES``), every engine's."""
+    return VaecfError(f"{where}: {column} {text[:40]!r}... is {size:,} bytes long (an id is "
+                      f"at most {MAX_ID_BYTES} bytes of UTF-8: vaecf serve refuses longer ones)")
+
+
 def read_bytes(path: Path, where: str | None = None, limit: int | None = None) -> bytes:
     """At most ``limit`` bytes of the regular file ``path``; a larger file is refused.
 

@@ -8,7 +8,8 @@ exit 2).
 
 Every flag that names a location is added with ``location(parser, flag, role, ...)``:
 ``run_stage`` checks all of them (``vaecf.io.roles``) before the stage's body runs, and
-``location_table`` lists them for the tests that attack every one.
+``location_table`` lists them for the tests that attack every one. Every flag that takes a
+number has its bounds in the one table of ``vaecf.io.bounds``, checked there too.
 """
 
 from __future__ import annotations
@@ -21,12 +22,9 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from vaecf.errors import VaecfError
+from vaecf.io.bounds import MAX_SEED, check_bounds
 from vaecf.io.publish import DISK_ERRORS
 from vaecf.io.roles import Location, Role, check_locations, values
-
-# Seeds feed numpy's and Keras' global seeding (``np.random.seed`` takes 0 .. 2**32 - 1) and
-# the trainer adds the Horovod rank: 0 .. 2**31 - 1 leaves room for any world size.
-MAX_SEED = 2**31 - 1
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -148,6 +146,7 @@ def run_stage(stage: str, parser: argparse.ArgumentParser, argv: list[str] | Non
     """
     try:
         args = parser.parse_args(argv)
+        check_bounds(stage, parser, args)
         check_locations((flag, where.given(args), value)
                         for dest, (flag, where) in locations(parser).items()
                         for value in values(where, dest, args))

@@ -10,6 +10,7 @@ from vaecf import log
 from vaecf.data.datasets import DATASETS, get_dataset
 from vaecf.data.download import (
     SyntheticSize,
+    check_local_source,
     download_dataset,
     inspect_download,
     verified_release,
@@ -76,6 +77,7 @@ def run(config: DownloadConfig) -> None:
                          f"{'required' if config.table is None else 'only for dataset table'}")
     started = time.monotonic()
     size = SyntheticSize(config.synthetic_users, config.synthetic_items, config.seed)
+    check_local_source(dataset, config.source, config.output, config.table)
     with publish(config.output, manifest_name(STAGE), [config.source]) as staging:
         records = download_dataset(dataset, config.source, staging, synthetic=size)
         where = config.source or ", ".join(f.url for f in dataset.files) or dataset.name

@@ -13,6 +13,7 @@ from vaecf.data.datasets import Dataset, get_dataset, release_of
 from vaecf.data.preprocess import (
     PROTOCOLS,
     FilterConfig,
+    files_read,
     filter_config,
     preprocess,
     write_interactions,
@@ -125,7 +126,7 @@ def _spark(dataset: Dataset, raw_dir: Path, names: list[str], extracted: Path,
            ) -> tuple[list[str], dict[str, Any]]:
     from vaecf.data.spark.session import spark_session
 
-    with spark_session() as spark:
+    with spark_session(output.parent) as spark:
         from vaecf.data.spark import preprocess as engine
         from vaecf.data.spark.raw import read_raw as read_frame
 
@@ -133,7 +134,7 @@ def _spark(dataset: Dataset, raw_dir: Path, names: list[str], extracted: Path,
         files = find_data_files(raw_dir, names, found.match, extracted, found.archives)
         raw = read_frame(spark, dataset.reader, files, names, str(raw_dir), table)
         log.info(f"{dataset.name}: parsed {len(files)} file(s) on Spark")
-        pairs, counts = engine.preprocess(raw, filters)
+        pairs, counts = engine.preprocess(raw, filters, files_read(f.label for f in files))
         engine.write_interactions(output, pairs)
     return [f.label for f in files], counts
 

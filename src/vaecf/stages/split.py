@@ -127,7 +127,7 @@ def _spark(interactions: Path, staging: Path, config: SplitConfig,
            **manifest: Any) -> dict[str, Any]:
     from vaecf.data.spark.session import spark_session
 
-    with spark_session() as spark:
+    with spark_session(staging) as spark:
         from vaecf.data.spark import split as engine
 
         users, items, pairs, counts = engine.split(

@@ -19,7 +19,7 @@ MAX_PARAMETERS = 2**31 - 1
 BYTES_PER_PARAMETER = 4 * 4
 
 
-def parameters(n_items: int, hidden: int, latent: int) -> int:
+def parameters(n_items: int, hidden: int, latent: int, encoder_layers: int = 1) -> int:
     """Mult-VAE's parameter count: items -> hidden -> 2 x latent, latent -> hidden -> items.
 
     The item layers are padded to a multiple of 8 (``vaecf.model.vae.padded_items``).
@@ -27,22 +27,48 @@ def parameters(n_items: int, hidden: int, latent: int) -> int:
     from vaecf.model.vae import padded_items  # Keras: not for ``available_bytes``' users
 
     items = padded_items(n_items)
-    return ((items + 1) * hidden + (hidden + 1) * 2 * latent + (latent + 1) * hidden
-            + (hidden + 1) * items)
+    return (encoder_parameters(n_items, hidden, latent, encoder_layers)
+            + (latent + 1) * hidden + (hidden + 1) * items)
+
+
+def encoder_parameters(n_items: int, hidden: int, latent: int, encoder_layers: int) -> int:
+    """The encoder's share of ``parameters``: the first layer and the latent statistics, and
+    with ``encoder_layers`` N > 1 (RecVAE's encoder) N - 1 dense hidden x hidden blocks and N
+    LayerNorms (a scale and a shift each)."""
+    from vaecf.model.vae import padded_items
+
+    deep = ((encoder_layers - 1) * (hidden + 1) * hidden + encoder_layers * 2 * hidden
+            if encoder_layers > 1 else 0)
+    return (padded_items(n_items) + 1) * hidden + deep + (hidden + 1) * 2 * latent
+
+
+def activation_bytes(users: int, hidden: int, latent: int, encoder_layers: int = 1) -> int:
+    """A lower bound of the float32 activations one step keeps for its backward pass, with
+    their gradients: each of the ``users`` rows' hidden layers (the encoder's and the
+    decoder's) and its latent statistics and sample."""
+    return users * (hidden * (encoder_layers + 1) + 3 * latent) * 4 * 2
 
 
 def training_bytes(n_items: int, hidden: int, latent: int, users: int,
-                   chunk: int | None) -> int:
+                   chunk: int | None, encoder_layers: int = 1,
+                   composite_prior: bool = False) -> int:
     """A lower bound of one process's training memory: the parameters' state
-    (``BYTES_PER_PARAMETER`` each) and the float32 logits of one step's ``users`` over the
-    items it holds at once (``chunk`` of them, or all when None), with their gradient."""
+    (``BYTES_PER_PARAMETER`` each; the composite prior's frozen copy of the encoder, float32
+    weights alone), the activations of one step's ``users`` (``activation_bytes``) and their
+    float32 logits over the items it holds at once (``chunk`` of them, or all when None),
+    with their gradient."""
     from vaecf.model.vae import padded_items
 
     logits = users * (chunk or padded_items(n_items)) * 4 * 2
-    return parameters(n_items, hidden, latent) * BYTES_PER_PARAMETER + logits
+    count = parameters(n_items, hidden, latent, encoder_layers)
+    prior = (encoder_parameters(n_items, hidden, latent, encoder_layers) * 4
+             if composite_prior else 0)
+    return (count * BYTES_PER_PARAMETER + prior + logits
+            + activation_bytes(users, hidden, latent, encoder_layers))
 
 
-def check_fits(n_items: int, hidden: int, latent: int, users: int, chunk: int | None) -> None:
+def check_fits(n_items: int, hidden: int, latent: int, users: int, chunk: int | None, *,
+               encoder_layers: int = 1, composite_prior: bool = False) -> None:
     """Refuse, in one line naming the flags, a model too large to train in this process.
 
     ``n_items`` are the items this process holds (its shard's with ``--shard-items``);
@@ -53,14 +79,18 @@ def check_fits(n_items: int, hidden: int, latent: int, users: int, chunk: int | 
     TensorFlow has no public call for a GPU's total memory, so the device's own limit is
     found by allocating.
     """
-    count = parameters(n_items, hidden, latent)
+    count = parameters(n_items, hidden, latent, encoder_layers)
     what = f"--hidden {hidden} --latent {latent} with {n_items:,} items"
+    layers = f" in {encoder_layers} encoder layers" if encoder_layers > 1 else ""
     if count > MAX_PARAMETERS:
-        raise VaecfError(f"{what}: {count:,} parameters, more than the {MAX_PARAMETERS:,} "
-                         "this trainer supports (use a smaller --hidden or --latent)")
-    needed = training_bytes(n_items, hidden, latent, users, chunk)
+        raise VaecfError(f"{what}: {count:,} parameters{layers}, more than the "
+                         f"{MAX_PARAMETERS:,} this trainer supports (use a smaller --hidden, "
+                         "--latent or --encoder-layers)")
+    needed = training_bytes(n_items, hidden, latent, users, chunk, encoder_layers,
+                            composite_prior)
     free = available_bytes()
     if free is not None and needed > free:
         raise VaecfError(f"{what}: training needs at least {needed / GIB:,.1f} GiB of memory "
-                         f"({count:,} parameters with Adam's moments), {free / GIB:,.1f} GiB "
-                         "is available (use a smaller --hidden, --latent or --batch-size)")
+                         f"({count:,} parameters{layers} with Adam's moments, and a "
+                         f"step's activations), {free / GIB:,.1f} GiB is available (use a smaller "
+                         "--hidden, --latent, --encoder-layers or --batch-size)")

@@ -37,9 +37,6 @@ def train(config: TrainConfig) -> None:
     runtime = dist.start(config)
     try:
         with contextlib.ExitStack() as stack:
-            staging = (stack.enter_context(publish(config.output, manifest_name("train"),
-                                                    config.inputs))
-                       if runtime.is_chief else None)
             split_dir = stack.enter_context(open_input(config.split))
             shares = user_shares(config, runtime)
             # each rank reads only its share of the training users (one process: all)
@@ -52,9 +49,14 @@ def train(config: TrainConfig) -> None:
                      f"batch {config.batch_size}; training pairs held by each rank: "
                      + ", ".join(f"{share['pairs']:,} (users {share['users'][0]:,} to "
                                  f"{share['users'][1] - 1:,})" for share in loaded))
+            # The model's size is checked (``Trainer``) before the output is locked or staged:
+            # a model too large for this machine leaves nothing behind.
             trainer = Trainer(config, runtime, split.train, split.heldout("val"),
                               split_digest=split.digest, first=split.train_first,
                               n_users=split.n_train_users, nnz=split.n_train_pairs)
+            staging = (stack.enter_context(publish(config.output, manifest_name("train"),
+                                                    config.inputs))
+                       if runtime.is_chief else None)
             stack.callback(trainer.tracker.close)
             trainer.restore()
             trainer.fit()

@@ -95,7 +95,8 @@ class Trainer:
         chunk = choose_item_chunk(users, shard.width if shard else padded_items(self.n_items),
                                   config.item_chunk, "GPU" if device else "CPU")
         memory.check_fits(shard.width if shard else self.n_items, config.hidden, config.latent,
-                          users, chunk)
+                          users, chunk, encoder_layers=config.encoder_layers,
+                          composite_prior=config.composite_prior)
         self.model = MultVAE(self.n_items, hidden=config.hidden, latent=config.latent,
                              dropout=config.dropout, policy=config.keras_policy,
                              seed=config.seed, xla=config.xla, item_chunk=chunk, shard=shard,

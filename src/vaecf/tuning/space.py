@@ -18,22 +18,33 @@ from typing import Any
 import numpy as np
 
 from vaecf.errors import VaecfError
+from vaecf.io.bounds import bound
+
+
+def _searchable(flag: str, kind: type, low: float) -> tuple[str, type, float, float]:
+    """A hyperparameter's entry: its largest value is its flag's (``vaecf.io.bounds``, the
+    one table), so a space never holds a value ``vaecf train`` would refuse."""
+    entry = bound("train", flag)
+    if entry is None:
+        raise LookupError(f"{flag}: not in vaecf.io.bounds.BOUNDS")
+    return flag, kind, low, entry.high
+
 
 # Searchable hyperparameter -> (``vaecf train`` flag, type, smallest and largest allowed
-# value). The largest are far beyond any useful setting: they keep every value a number that
-# training can hold (an epoch count of 1e300 is no count of epochs).
+# value). The largest keep every value a number that training can hold (an epoch count of
+# 1e300 is no count of epochs).
 SEARCHABLE: dict[str, tuple[str, type, float, float]] = {
-    "beta_cap": ("--beta-cap", float, 0.0, 1e6),
-    "anneal_steps": ("--anneal-steps", int, 0, 2**31 - 1),
-    "learning_rate": ("--learning-rate", float, 1e-12, 1e3),
-    "dropout": ("--dropout", float, 0.0, 1.0), "epochs": ("--epochs", int, 1, 100_000),
-    "hidden": ("--hidden", int, 1, 1_000_000), "latent": ("--latent", int, 1, 1_000_000),
+    "beta_cap": _searchable("--beta-cap", float, 0.0),
+    "anneal_steps": _searchable("--anneal-steps", int, 0),
+    "learning_rate": _searchable("--learning-rate", float, 1e-12),
+    "dropout": _searchable("--dropout", float, 0.0), "epochs": _searchable("--epochs", int, 1),
+    "hidden": _searchable("--hidden", int, 1), "latent": _searchable("--latent", int, 1),
     # RecVAE's options and ImplicitSLIM's step (off: null, false, 0, 1 and 0)
-    "kl_per_item": ("--kl-per-item", float, 1e-12, 1e6),
+    "kl_per_item": _searchable("--kl-per-item", float, 1e-12),
     "composite_prior": ("--composite-prior", bool, 0.0, 1.0),
-    "alternate": ("--alternate", int, 0, 1_000),
-    "encoder_layers": ("--encoder-layers", int, 1, 100),
-    "implicit_slim_every": ("--implicit-slim-every", int, 0, 100_000)}
+    "alternate": _searchable("--alternate", int, 0),
+    "encoder_layers": _searchable("--encoder-layers", int, 1),
+    "implicit_slim_every": _searchable("--implicit-slim-every", int, 0)}
 NULLABLE = ("anneal_steps", "kl_per_item")
 # Each option's value where it is off (``options_on`` counts the others: "simpler" trials).
 OFF: dict[str, Any] = {"kl_per_item": None, "composite_prior": False, "alternate": 0,

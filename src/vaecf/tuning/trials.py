@@ -145,16 +145,27 @@ def write_trials(path: Path, records: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
 
 
+def _finite(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
 def read_trials(uri: str) -> list[dict[str, Any]]:
     """``trials.jsonl``, checked: every line a trial with params and validation metrics."""
     found = []
     for number, entry in read_jsonl(uri):
         ok = (isinstance(entry, dict) and isinstance(entry.get("params"), dict)
               and isinstance(entry.get("val"), dict)
-              and all(isinstance(entry["val"].get(k), int | float) for k in VAL_KEYS))
+              and all(_finite(entry["val"].get(k)) for k in VAL_KEYS))
         if not ok:
             raise VaecfError(f"{uri}: line {number}: expected a trial with 'params' and "
-                             f"'val' ({', '.join(VAL_KEYS)})")
+                             f"'val' ({', '.join(VAL_KEYS)}, finite numbers)")
+        errors = entry.get("val_stderr") or {}
+        if not (isinstance(errors, dict) and all(
+                errors.get(k) is None or (_finite(errors[k]) and errors[k] >= 0)
+                for k in VAL_KEYS)):
+            raise VaecfError(f"{uri}: line {number}: 'val_stderr': expected finite numbers "
+                             ">= 0 or null")
         found.append(entry)
     if not found:
         raise VaecfError(f"{uri}: no trials")

@@ -19,6 +19,7 @@ from vaecf.data.spark.frames import arrow_type, sorted_batches, step_counts
 from vaecf.data.spark.raw import RawFrame
 from vaecf.data.splits import save_parquet_batches
 from vaecf.errors import VaecfError
+from vaecf.io.readers import MAX_ID_BYTES, id_too_long
 
 
 def _keep_frequent(frame: DataFrame, column: str, minimum: int) -> DataFrame:
@@ -55,6 +56,19 @@ def _filter(pairs: DataFrame, rows: int, config: FilterConfig, counts: dict[str,
     return pairs, kept
 
 
+def _check_ids(pairs: DataFrame, source: str) -> None:
+    """The pandas engine's id limit (``vaecf.io.readers.check_ids``), in one pass."""
+    longest = pairs.agg(*(F.max(F.octet_length(F.col(c).cast("string"))).alias(c)
+                          for c in ("user_id", "item_id"))).first()
+    assert longest is not None  # an aggregate without grouping has one row
+    for column in ("user_id", "item_id"):
+        if (longest[column] or 0) > MAX_ID_BYTES:
+            text = F.col(column).cast("string")
+            row = pairs.where(F.octet_length(text) > MAX_ID_BYTES).select(text.alias("id")).first()
+            assert row is not None
+            raise id_too_long(source, column, row["id"], len(row["id"].encode()))
+
+
 def _positive(kind: str, config: FilterConfig) -> Column:
     """Which raw rows are positives under the dataset's rule (``positive_mask``)."""
     if kind == "rating":
@@ -64,8 +78,10 @@ def _positive(kind: str, config: FilterConfig) -> Column:
     return F.lit(True)
 
 
-def preprocess(raw: RawFrame, config: FilterConfig) -> tuple[DataFrame, dict[str, Any]]:
-    """Positives of ``raw`` after dedup and filtering, and the counts of every step."""
+def preprocess(raw: RawFrame, config: FilterConfig, source: str = "the input"
+               ) -> tuple[DataFrame, dict[str, Any]]:
+    """Positives of ``raw`` after dedup and filtering, and the counts of every step;
+    ``source`` names the files read in errors (``files_read``)."""
     try:
         counts: dict[str, Any] = {**raw.counts, "raw": step_counts(raw.rows)}
         implicit = raw.rows.where(_positive(raw.kind, config)).select("user_id", "item_id")
@@ -76,6 +92,7 @@ def preprocess(raw: RawFrame, config: FilterConfig) -> tuple[DataFrame, dict[str
         dedup = implicit.distinct().localCheckpoint()
     finally:
         raw.cached.unpersist()
+    _check_ids(dedup, source)
     distinct = step_counts(dedup)
     counts["duplicates"] = counts["implicit"]["rows"] - distinct["rows"]
     counts["dedup"] = distinct
