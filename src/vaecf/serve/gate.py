@@ -13,12 +13,15 @@ type that is JSON, none (tritonclient and KServe's own REST clients send none) o
 infer, the binary tensor extension (``Inference-Header-Content-Length``, as KServe's model
 servers accept it); a Content-Length within ``max_body_bytes``. It then reads the body and
 hands KServe the request with the content type KServe needs to route it (see ``_kserve_type``).
-Every refusal is ``{"error": "<one line>"}`` and one log line, never a traceback.
+Every refusal is ``{"error": "<one line>"}`` and one log line, never a traceback. The KServe
+paths vaecf does not serve (``NOT_SERVED``) are refused here as unknown paths (404), whatever
+the method.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import orjson
@@ -27,6 +30,10 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from vaecf import log
 
 BINARY_HEADER = b"inference-header-content-length"
+# KServe routes vaecf does not serve, answered as unknown paths: model versions (KServe
+# answers them 501 with a traceback) and the model repository's load and unload (any client
+# could unload the one model, and the server would then answer nothing).
+NOT_SERVED = re.compile(r"^/v2/(models/[^/]+/versions(/|$)|repository(/|$))")
 
 
 def error_body(message: str) -> bytes:
@@ -149,6 +156,8 @@ class RequestGate:
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and NOT_SERVED.match(scope["path"]):
+            return await refuse(send, 404, f"{scope['method']} {scope['path']}: Not Found")
         if scope["type"] != "http" or scope["method"] != "POST":
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])

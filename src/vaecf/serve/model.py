@@ -73,6 +73,7 @@ class ServedModel:
     def __init__(self, loaded: Any, where: str) -> None:
         self.item_ids = item_id_map(loaded, where)
         self.n_items = int(self.item_ids.size)
+        self.id_bytes = max(len(i.encode()) for i in self.item_ids)  # the longest id, UTF-8
         self._loaded = loaded  # keeps the signature's variables alive
         self._signature = loaded.signatures[SIGNATURE]
 

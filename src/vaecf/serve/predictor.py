@@ -31,6 +31,7 @@ from vaecf.serve.protocol import (
     MAX_K,
     OUTPUTS,
     Batch,
+    max_answer_bytes,
     parse_v1,
     parse_v2,
     v1_response,
@@ -76,6 +77,13 @@ class Predictor(Model):
     def max_cells(self) -> int:
         """Most padded item cells (users x longest list) in one model call: the warm-up's."""
         return max(self.max_batch_users * WARM_UP_ITEMS, MAX_ITEMS)
+
+    @property
+    def max_answer_bytes(self) -> int:
+        """The largest answer the request limits allow for this model's ids (gRPC's send
+        limit)."""
+        assert self.served is not None, "max_answer_bytes before load"
+        return max_answer_bytes(self.served.n_items, self.served.id_bytes)
 
     def load(self) -> bool:
         """Load, verify and warm up, then ready.
