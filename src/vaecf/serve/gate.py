@@ -28,6 +28,7 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from vaecf import log
+from vaecf.serve import heap
 
 BINARY_HEADER = b"inference-header-content-length"
 # KServe routes vaecf does not serve, answered as unknown paths: model versions (KServe
@@ -169,7 +170,7 @@ class RequestGate:
             return None
         headers[b"content-type"] = _kserve_type(scope["path"], headers)
         scope = {**scope, "headers": list(headers.items())}
-        sent = False
+        sent, answered = False, 0
 
         async def replay() -> dict[str, Any]:
             nonlocal sent
@@ -178,7 +179,14 @@ class RequestGate:
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
 
-        await self.app(scope, replay, send)
+        async def counted(message: dict[str, Any]) -> None:
+            nonlocal answered
+            answered += len(message.get("body", b""))
+            await send(message)
+
+        await self.app(scope, replay, counted)
+        if len(body) + answered >= heap.GIVE_BACK_BYTES:  # its objects are freed by now
+            heap.give_back()
 
     def refusal(self, path: str, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
         kind = _media_type(headers)

@@ -58,10 +58,12 @@ def serve(config: ServeConfig) -> None:
     import_kserve()
     from kserve import model_server
 
+    from vaecf.serve import heap
     from vaecf.serve.predictor import Predictor
     from vaecf.serve.protocol import MAX_BODY_BYTES
     from vaecf.serve.runtime import ModelServer, install
 
+    heap.map_large_blocks_apart()
     predictor = Predictor(config.model_name, config.model, config.max_batch_users)
     predictor.load()
     install(model_server.app, MAX_BODY_BYTES)
