@@ -3,9 +3,10 @@
 ``BoundedHttp`` is uvicorn's httptools protocol with the bounds KServe leaves open: the request
 line and headers are at most ``max_header_bytes`` (431), and a request must arrive in full,
 headers and body, within ``request_timeout`` seconds of its first byte (408); a connection
-that sends nothing is closed after that time too. One slow or huge client then holds a
-connection for a bounded time and the event loop for a bounded number of bytes, and the other
-clients are not held up (``vaecf benchmark-serve`` measures it). Unparseable HTTP gets the same
+that sends nothing is closed after that time too, and so is one whose client stops reading
+its answer for that time (an unread answer cannot hold the server's memory). One slow or huge
+client then holds a connection for a bounded time and the event loop for a bounded number of
+bytes, and the other clients are not held up (``vaecf benchmark-serve`` measures it). Unparseable HTTP gets the same
 JSON 400 as every other refusal.
 
 ``RequestGate`` (ASGI middleware) checks a POST's headers before its body is read: a content
@@ -56,6 +57,7 @@ class BoundedHttp(HttpToolsProtocol):
         self._head_bytes = 0  # bytes received of the current request's line and headers
         self._in_head = True
         self._deadline: asyncio.TimerHandle | None = None
+        self._unread: asyncio.TimerHandle | None = None  # an answer the client is not taking
         self._refused = False
 
     @classmethod
@@ -79,7 +81,27 @@ class BoundedHttp(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self.resume_writing()
         super().connection_lost(exc)
+
+    # An answer's bytes wait in the connection's write buffer while the client does not read;
+    # the buffer staying over its high-water mark for ``request_timeout`` closes the connection.
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._unread is None:
+            self._unread = self.loop.call_later(self.request_timeout, self._not_read)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._unread is not None:
+            self._unread.cancel()
+            self._unread = None
+
+    def _not_read(self) -> None:
+        self._unread = None
+        client = f"{self.client[0]}:{self.client[1]} " if self.client else ""
+        log.warning(f"closed {client}: answer not read for {self.request_timeout:g} s")
+        self.transport.abort()  # frees the buffer; the app sees a disconnect
 
     def data_received(self, data: bytes) -> None:
         if self._refused:

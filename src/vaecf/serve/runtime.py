@@ -21,6 +21,7 @@ import uvicorn
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import ORJSONResponse
 from kserve.errors import InvalidInput, ModelNotFound, invalid_input_handler
+from kserve.protocol.model_repository_extension import ModelRepositoryExtension
 from starlette.exceptions import HTTPException
 
 from vaecf import log
@@ -43,6 +44,7 @@ class ModelServer(kserve.ModelServer):
     def __init__(self, *, max_header_bytes: int, request_timeout: float,
                  grpc_max_receive_bytes: int, grpc_max_send_bytes: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.model_repository_extension = _OneModel(self.registered_models)
         self._http = BoundedHttp.bounded(max_header_bytes, request_timeout)
         self._grpc_options = {"grpc_max_receive_message_length": grpc_max_receive_bytes,
                               "grpc_max_send_message_length": grpc_max_send_bytes}
@@ -78,6 +80,18 @@ class ModelServer(kserve.ModelServer):
             self._grpc_stop = loop.create_task(grpc_server.stop())
 
         loop.call_soon_threadsafe(stop)  # we are in a signal handler
+
+
+class _OneModel(ModelRepositoryExtension):
+    """KServe's model repository, without its load and unload: the one model is loaded at
+    start, and no client may unload it (gRPC's RepositoryModelUnload; REST's repository
+    paths are unknown paths, ``gate.NOT_SERVED``)."""
+
+    async def load(self, model_name: str) -> None:
+        raise InvalidInput(f"{model_name}: models are not loaded by request here")
+
+    async def unload(self, model_name: str) -> None:
+        raise InvalidInput(f"{model_name}: models are not unloaded by request here")
 
 
 class _Uvicorn(uvicorn.Server):
