@@ -6,8 +6,8 @@ headers and body, within ``request_timeout`` seconds of its first byte (408); a 
 that sends nothing is closed after that time too, and so is one whose client stops reading
 its answer for that time (an unread answer cannot hold the server's memory). One slow or huge
 client then holds a connection for a bounded time and the event loop for a bounded number of
-bytes, and the other clients are not held up (``vaecf benchmark-serve`` measures it). Unparseable HTTP gets the same
-JSON 400 as every other refusal.
+bytes, and the other clients are not held up (``vaecf benchmark-serve`` measures it).
+Unparseable HTTP gets the same JSON 400 as every other refusal.
 
 ``RequestGate`` (ASGI middleware) checks a POST's headers before its body is read: a content
 type that is JSON, none (tritonclient and KServe's own REST clients send none) or, on v2
