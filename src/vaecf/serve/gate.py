@@ -99,8 +99,8 @@ class BoundedHttp(HttpToolsProtocol):
 
     def _not_read(self) -> None:
         self._unread = None
-        client = f"{self.client[0]}:{self.client[1]} " if self.client else ""
-        log.warning(f"closed {client}: answer not read for {self.request_timeout:g} s")
+        client = f" {self.client[0]}:{self.client[1]}" if self.client else ""
+        log.warning(f"closed{client}: answer not read for {self.request_timeout:g} s")
         self.transport.abort()  # frees the buffer; the app sees a disconnect
 
     def data_received(self, data: bytes) -> None:
