@@ -136,7 +136,14 @@ def v2_items(datatype: str, shape: list[int], data: list[Any]) -> dict[str, Any]
                        {"name": "k", "datatype": "INT32", "shape": [1], "data": [5]}]}
 
 
+PAST_THE_BODY = (b'{"inputs": [{"name": "items", "datatype": "BYTES", "shape": [1, 1], '
+                 b'"parameters": {"binary_data_size": 99}}, {"name": "k", "datatype": "INT32", '
+                 b'"shape": [1], "data": [5]}]}')
 BAD = [  # path, body, headers, status, message (start of it)
+    (V2, PAST_THE_BODY + b"\x01\x00\x00\x00a",
+     {"Inference-Header-Content-Length": str(len(PAST_THE_BODY))}, 400,
+     "inputs[0]: expected 'data' or parameters.binary_data_size of at most the 5 bytes left, "
+     "got 99"),
     (V1, b'{"instances": [', JSON, 400, "request body: malformed JSON"),
     (V1, b'{"instances": [', {}, 400, "request body: malformed JSON"),
     (V2, b'{"inputs": [', JSON, 400, "request body: malformed JSON"),
