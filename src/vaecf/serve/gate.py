@@ -3,30 +3,39 @@
 ``BoundedHttp`` is uvicorn's httptools protocol with the bounds KServe leaves open: the request
 line and headers are at most ``max_header_bytes`` (431), and a request must arrive in full,
 headers and body, within ``request_timeout`` seconds of its first byte (408); a connection
-that sends nothing is closed after that time too. One slow or huge client then holds a
-connection for a bounded time and the event loop for a bounded number of bytes, and the other
-clients are not held up (``vaecf benchmark-serve`` measures it). Unparseable HTTP gets the same
-JSON 400 as every other refusal.
+that sends nothing is closed after that time too, and so is one whose client stops reading
+its answer for that time (an unread answer cannot hold the server's memory). One slow or huge
+client then holds a connection for a bounded time and the event loop for a bounded number of
+bytes, and the other clients are not held up (``vaecf benchmark-serve`` measures it).
+Unparseable HTTP gets the same JSON 400 as every other refusal.
 
 ``RequestGate`` (ASGI middleware) checks a POST's headers before its body is read: a content
 type that is JSON, none (tritonclient and KServe's own REST clients send none) or, on v2
 infer, the binary tensor extension (``Inference-Header-Content-Length``, as KServe's model
 servers accept it); a Content-Length within ``max_body_bytes``. It then reads the body and
 hands KServe the request with the content type KServe needs to route it (see ``_kserve_type``).
-Every refusal is ``{"error": "<one line>"}`` and one log line, never a traceback.
+Every refusal is ``{"error": "<one line>"}`` and one log line, never a traceback. The KServe
+paths vaecf does not serve (``NOT_SERVED``) are refused here as unknown paths (404), whatever
+the method.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from vaecf import log
+from vaecf.serve import heap
 
 BINARY_HEADER = b"inference-header-content-length"
+# KServe routes vaecf does not serve, answered as unknown paths: model versions (KServe
+# answers them 501 with a traceback) and the model repository's load and unload (any client
+# could unload the one model, and the server would then answer nothing).
+NOT_SERVED = re.compile(r"^/v2/(models/[^/]+/versions(/|$)|repository(/|$))")
 
 
 def error_body(message: str) -> bytes:
@@ -48,6 +57,7 @@ class BoundedHttp(HttpToolsProtocol):
         self._head_bytes = 0  # bytes received of the current request's line and headers
         self._in_head = True
         self._deadline: asyncio.TimerHandle | None = None
+        self._unread: asyncio.TimerHandle | None = None  # an answer the client is not taking
         self._refused = False
 
     @classmethod
@@ -71,7 +81,27 @@ class BoundedHttp(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self.resume_writing()
         super().connection_lost(exc)
+
+    # An answer's bytes wait in the connection's write buffer while the client does not read;
+    # the buffer staying over its high-water mark for ``request_timeout`` closes the connection.
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._unread is None:
+            self._unread = self.loop.call_later(self.request_timeout, self._not_read)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._unread is not None:
+            self._unread.cancel()
+            self._unread = None
+
+    def _not_read(self) -> None:
+        self._unread = None
+        client = f" {self.client[0]}:{self.client[1]}" if self.client else ""
+        log.warning(f"closed{client}: answer not read for {self.request_timeout:g} s")
+        self.transport.abort()  # frees the buffer; the app sees a disconnect
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -149,6 +179,8 @@ class RequestGate:
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and NOT_SERVED.match(scope["path"]):
+            return await refuse(send, 404, f"{scope['method']} {scope['path']}: Not Found")
         if scope["type"] != "http" or scope["method"] != "POST":
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
@@ -160,7 +192,7 @@ class RequestGate:
             return None
         headers[b"content-type"] = _kserve_type(scope["path"], headers)
         scope = {**scope, "headers": list(headers.items())}
-        sent = False
+        sent, answered = False, 0
 
         async def replay() -> dict[str, Any]:
             nonlocal sent
@@ -169,7 +201,14 @@ class RequestGate:
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
 
-        await self.app(scope, replay, send)
+        async def counted(message: dict[str, Any]) -> None:
+            nonlocal answered
+            answered += len(message.get("body", b""))
+            await send(message)
+
+        await self.app(scope, replay, counted)
+        if len(body) + answered >= heap.GIVE_BACK_BYTES:  # its objects are freed by now
+            heap.give_back()
 
     def refusal(self, path: str, headers: dict[bytes, bytes]) -> tuple[int, str] | None:
         kind = _media_type(headers)

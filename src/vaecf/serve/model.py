@@ -73,8 +73,16 @@ class ServedModel:
     def __init__(self, loaded: Any, where: str) -> None:
         self.item_ids = item_id_map(loaded, where)
         self.n_items = int(self.item_ids.size)
+        encoded = np.array([i.encode() for i in self.item_ids], dtype=np.bytes_)
+        self.id_bytes = int(encoded.itemsize)  # the longest id, in UTF-8
         self._loaded = loaded  # keeps the signature's variables alive
         self._signature = loaded.signatures[SIGNATURE]
+        # The answer's ids are found in the sorted map rather than decoded (``_model_ids``);
+        # numpy's fixed-width bytes drop trailing NULs, so ids that then collide keep decoding.
+        self._order = np.argsort(encoded, kind="stable")
+        self._sorted: np.ndarray | None = encoded[self._order]
+        if np.unique(encoded).size != encoded.size:
+            self._sorted = None
 
     @classmethod
     def load(cls, uri: str) -> ServedModel:
@@ -101,7 +109,22 @@ class ServedModel:
         for index, row in enumerate(rows):
             padded[index, :row.size] = row
         out = self._signature(items=tf.constant(padded), k=tf.constant(np.asarray(k, np.int32)))
-        return Ranking(item_ids=np.char.decode(out["item_id"].numpy().astype(np.bytes_),
-                                               "utf-8").astype(object),
+        return Ranking(item_ids=self._model_ids(out["item_id"].numpy().astype(np.bytes_)),
                        scores=out["scores"].numpy(), unknown=out["unknown"].numpy(),
                        fallback=out["fallback"].numpy())
+
+    def _model_ids(self, answer: np.ndarray) -> np.ndarray:
+        """The answer's ids (bytes [B, K], b"" past k) as object [B, K] of ``item_ids``' own
+        strings ("" past k).
+
+        Found by a sorted search, not decoded: the largest answer (1,024 x 1,000 places) then
+        makes no new string per place, so it leaves no million small objects behind to
+        fragment the heap; the answer's lists and JSON refer to the model's strings.
+        """
+        if self._sorted is None:
+            return np.char.decode(answer, "utf-8").astype(object)
+        position = np.searchsorted(self._sorted, answer).clip(max=self.n_items - 1)
+        empty = answer == b""
+        if not np.all(empty | (self._sorted[position] == answer)):
+            raise ValueError("the model answered an id that is not in its own id map")
+        return np.where(empty, "", self.item_ids[self._order[position]]).astype(object)

@@ -24,6 +24,7 @@ from kserve import Model
 from kserve.protocol.infer_type import InferRequest, InferResponse
 
 from vaecf import log
+from vaecf.serve import heap
 from vaecf.serve.model import Ranking, ServedModel
 from vaecf.serve.protocol import (
     INPUTS,
@@ -31,6 +32,7 @@ from vaecf.serve.protocol import (
     MAX_K,
     OUTPUTS,
     Batch,
+    max_answer_bytes,
     parse_v1,
     parse_v2,
     v1_response,
@@ -76,6 +78,13 @@ class Predictor(Model):
     def max_cells(self) -> int:
         """Most padded item cells (users x longest list) in one model call: the warm-up's."""
         return max(self.max_batch_users * WARM_UP_ITEMS, MAX_ITEMS)
+
+    @property
+    def max_answer_bytes(self) -> int:
+        """The largest answer the request limits allow for this model's ids (gRPC's send
+        limit)."""
+        assert self.served is not None, "max_answer_bytes before load"
+        return max_answer_bytes(self.served.n_items, self.served.id_bytes)
 
     def load(self) -> bool:
         """Load, verify and warm up, then ready.
@@ -126,11 +135,13 @@ class Predictor(Model):
         return await future
 
     async def _run_queue(self) -> None:
+        places = 0  # answered since the queue was last empty
         try:
             while self._waiting:
                 taken = self._take()
                 users = [items for batch, _ in taken for items in batch.users]
                 ks = [k for batch, _ in taken for k in batch.k]
+                places += sum(ks)
                 try:
                     ranking = await self._recommend(users, ks)
                 except Exception as err:
@@ -146,6 +157,8 @@ class Predictor(Model):
                     start = stop
         finally:
             self._running = False
+        if places >= heap.GIVE_BACK_PLACES:  # the requests' parsing and model calls are over
+            heap.give_back()
 
     async def _recommend(self, users: list[np.ndarray], ks: list[int]) -> Ranking:
         """One model call per slice of ``calls``, in a worker thread, joined into one."""

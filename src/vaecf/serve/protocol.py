@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 import orjson
 from kserve.errors import InvalidInput
-from kserve.protocol.infer_type import InferOutput, InferRequest, InferResponse
+from kserve.protocol.infer_type import (
+    InferInput,
+    InferOutput,
+    InferRequest,
+    InferResponse,
+    RequestedOutput,
+)
 
 from vaecf.serve.model import Ranking
 
@@ -41,6 +47,19 @@ OUTPUTS = [{"name": "item_id", "datatype": "BYTES", "shape": [-1, -1]},
            {"name": "scores", "datatype": "FP32", "shape": [-1, -1]},
            {"name": "unknown", "datatype": "INT32", "shape": [-1]},
            {"name": "fallback", "datatype": "BOOL", "shape": [-1]}]
+
+
+def max_answer_bytes(n_items: int, id_bytes: int) -> int:
+    """The most bytes a v2 answer within the limits can take as a gRPC message.
+
+    ``MAX_USERS`` users x ``min(MAX_K, n_items)`` places, each an id of at most ``id_bytes``
+    (the model's longest) with at most 4 bytes of framing (a raw tensor's length prefix, or a
+    field tag and length) and a 4-byte score; per user an ``unknown`` count and a
+    ``fallback`` flag (at most 6 bytes); the request's own id, echoed back (at most the whole
+    request, ``MAX_BODY_BYTES``); 4 KiB for names, shapes and message framing.
+    """
+    places = MAX_USERS * min(MAX_K, n_items)
+    return places * (id_bytes + 8) + MAX_USERS * 6 + MAX_BODY_BYTES + 4096
 
 
 class RequestTooLarge(InvalidInput):
@@ -166,32 +185,24 @@ def _columns(inputs: Any, n_items: int) -> Batch:
 
 
 def parse_v2(request: InferRequest, n_items: int) -> Batch:
-    """A v2 ``InferRequest`` (REST JSON, REST binary tensors or gRPC) -> a ``Batch``.
+    """A v2 ``InferRequest`` (REST JSON, REST binary tensors, gRPC contents or raw) -> a
+    ``Batch``.
 
-    ``k`` is checked value by value as v1 checks it (an integer, not a bool, a float or a
-    string, from 1 to the cap), before any cast to INT32 could wrap or truncate it.
+    Both tensors go through ``_tensor``, the one parse-and-check of every protocol, and the
+    limits are read from the data as parsed. ``k`` is checked value by value as v1 checks it
+    (an integer, not a bool, a float or a string, from 1 to the cap), before any cast to
+    INT32 could wrap or truncate it.
     """
     by_name = {i.name: i for i in request.inputs}
     if by_name.keys() != {"items", "k"}:
         raise InvalidInput(f"inputs: expected 'items' (BYTES [B, L]) and 'k' (INT32 [B]), got "
                            f"{sorted(by_name) or 'none'}")
-    items, k = by_name["items"], by_name["k"]
-    if items.datatype != "BYTES" or len(items.shape) != 2:
-        raise InvalidInput(f"items: expected BYTES of shape [B, L], got {items.datatype} "
-                           f"{items.shape}")
-    if k.datatype not in ("INT32", "INT64") or len(k.shape) != 1:
-        raise InvalidInput(f"k: expected INT32 of shape [B] or [1], got {k.datatype} {k.shape}")
-    _users(items.shape[0], "items")
-    if items.shape[1] > MAX_ITEMS:
-        raise RequestTooLarge(f"items: {items.shape[1]:,} per user, over the limit of "
+    ids = _tensor(by_name["items"], ("BYTES",), 2, "BYTES of shape [B, L]")
+    ks = _tensor(by_name["k"], ("INT32", "INT64"), 1, "INT32 of shape [B] or [1]").tolist()
+    _users(ids.shape[0], "items")
+    if ids.shape[1] > MAX_ITEMS:
+        raise RequestTooLarge(f"items: {ids.shape[1]:,} per user, over the limit of "
                               f"{MAX_ITEMS:,}")
-    try:
-        ids = items.as_numpy()
-        ks = _flat(k.data) if k.data else k.as_numpy().ravel().tolist()
-    except (ValueError, TypeError, struct.error) as err:  # data that does not fill the shape
-        raise InvalidInput(f"inputs: data does not match the declared shape ({err})") from None
-    if len(ks) != math.prod(k.shape):
-        raise InvalidInput(f"k: {len(ks)} values for the declared shape {k.shape}")
     users = [_packed([_utf8(i, f"items[{row}]") for i in row_ids])
              for row, row_ids in enumerate(ids)]
     if len(ks) not in (1, len(users)):
@@ -200,21 +211,96 @@ def parse_v2(request: InferRequest, n_items: int) -> Batch:
     return Batch(users, kk * len(users) if len(kk) == 1 else kk)
 
 
-def _flat(data: Any) -> list[Any]:
-    """Tensor data as sent (JSON may nest it by rows; gRPC sends it flat), flattened."""
-    flat: list[Any] = []
-    for value in data:
-        flat.extend(_flat(value) if isinstance(value, list) else [value])
-    return flat
+def read_v2_binary(body: bytes, header_bytes: int, model_name: str) -> InferRequest:
+    """A v2 REST body with binary tensors (the JSON header of ``header_bytes``, then each
+    binary input's bytes in order) -> an ``InferRequest`` whose binary inputs keep their
+    bytes undecoded, as gRPC's raw contents are: ``_tensor`` then reads both the one way.
+
+    (KServe's own reader decodes each input into its declared shape and Python strings
+    before the model sees it, so a bad shape got KServe's message, not this module's.)
+    """
+    try:
+        header = orjson.loads(body[:header_bytes])
+    except orjson.JSONDecodeError as err:
+        raise InvalidInput(f"request body: malformed JSON header ({err})") from None
+    if not isinstance(header, dict) or not isinstance(header.get("inputs"), list):
+        raise InvalidInput("request body: expected a JSON header with a list of 'inputs'")
+    inputs, offset = [], header_bytes
+    for position, spec in enumerate(header["inputs"]):
+        where = f"inputs[{position}]"
+        if not (isinstance(spec, dict) and isinstance(spec.get("name"), str)
+                and isinstance(spec.get("datatype"), str) and isinstance(spec.get("shape"), list)):
+            raise InvalidInput(f"{where}: expected an object with 'name', 'datatype' and "
+                               "'shape'")
+        parameters = _object(spec.get("parameters")) or {}
+        tensor = InferInput(spec["name"], spec["shape"], spec["datatype"], spec.get("data"),
+                            parameters)
+        if "data" not in spec:
+            size = parameters.get("binary_data_size")
+            if type(size) is not int or not 0 <= size <= len(body) - offset:
+                raise InvalidInput(f"{where}: expected 'data' or parameters.binary_data_size "
+                                   f"of at most the {len(body) - offset:,} bytes left, got "
+                                   f"{_short(size)}")
+            tensor._raw_data = body[offset:offset + size]  # KServe's own reader's attribute
+            offset += size
+        inputs.append(tensor)
+    outputs = header.get("outputs")
+    requested = ([RequestedOutput(o["name"], _object(o.get("parameters"))) for o in outputs
+                  if isinstance(o, dict) and isinstance(o.get("name"), str)]
+                 if isinstance(outputs, list) else None)
+    request_id = header.get("id")
+    return InferRequest(model_name=model_name, infer_inputs=inputs,
+                        request_id=request_id if isinstance(request_id, str) else None,
+                        parameters=_object(header.get("parameters")),
+                        request_outputs=requested or None)
+
+
+def _object(value: Any) -> dict[str, Any] | None:
+    """A JSON object of parameters, or None for anything else (never a list to ``.get``)."""
+    return value if isinstance(value, dict) else None
+
+
+def _tensor(tensor: InferInput, datatypes: tuple[str, ...], rank: int, expected: str
+            ) -> np.ndarray:
+    """One v2 input as sent, of its declared shape, or ``InvalidInput`` naming it.
+
+    Its datatype is one of ``datatypes``; its shape has ``rank`` sizes, each an integer >= 0
+    (``-1`` marks a free size in the model's metadata, never in a request); its data fills
+    exactly that shape: flat, or nested by rows as declared. JSON values and gRPC
+    contents stay the Python values the client sent (object array, each checked later, never
+    cast); raw bytes (gRPC ``raw_input_contents``, REST binary tensors) are decoded by
+    KServe's reader and reshaped, which refuses a count that does not fill the shape.
+    """
+    name, shape = tensor.name, list(tensor.shape)
+    if tensor.datatype not in datatypes or len(shape) != rank:
+        raise InvalidInput(f"{name}: expected {expected}, got {tensor.datatype} {shape}")
+    if not all(type(size) is int and size >= 0 for size in shape):
+        raise InvalidInput(f"{name}: shape {shape}: expected every size an integer >= 0 (-1 "
+                           "marks a free size in the model's metadata, not in a request)")
+    try:
+        values = (np.array(tensor.data, dtype=object) if tensor.data
+                  else np.asarray(tensor.as_numpy()))
+    except (ValueError, TypeError, struct.error) as err:
+        raise InvalidInput(f"{name}: data does not match the declared shape {shape} "
+                           f"({err})") from None
+    if values.shape != tuple(shape) and not (values.ndim == 1
+                                             and values.size == math.prod(shape)):
+        raise InvalidInput(f"{name}: data does not match the declared shape {shape} (got "
+                           f"{values.size:,} values, as {list(values.shape)})")
+    return values.reshape(shape)
 
 
 def v1_response(ranking: Ranking, batch: Batch) -> dict[str, Any]:
-    """Per user its top-k ids and scores (no padding), unknown ids and the fallback mark."""
+    """Per user its top-k ids and scores (no padding), unknown ids and the fallback mark.
+
+    The scores stay float32 arrays, which KServe's JSON writer (orjson, numpy enabled) writes
+    as float32 numbers without a Python float per place.
+    """
     rows = []
     for user, k in enumerate(batch.k):
         found = int(np.count_nonzero(ranking.item_ids[user, :k] != ""))
         rows.append({"item_id": ranking.item_ids[user, :found].tolist(),
-                     "scores": ranking.scores[user, :found].tolist(),
+                     "scores": ranking.scores[user, :found],  # float32, written by orjson
                      "unknown": int(ranking.unknown[user]),
                      "fallback": bool(ranking.fallback[user])})
     if not batch.columns:

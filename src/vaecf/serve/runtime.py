@@ -3,9 +3,9 @@
 - REST runs behind ``gate``: uvicorn's protocol with bounded headers and receive time, and
   the POST checks before a body is read.
 - Every bad request is a 4xx ``{"error": "<one line>"}`` and one log line: KServe's schema,
-  routing (404, 405) and body errors are rewritten to that form, its binary tensor decoder's
-  failures (a struct or key error on a client's bytes) become 400s, and the tracebacks KServe
-  logs for a client's mistake (REST and gRPC) are cut to their message.
+  routing (404, 405) and body errors are rewritten to that form, binary tensors are read by
+  ``protocol.read_v2_binary`` (then checked by the same code as gRPC's raw tensors), and the
+  tracebacks KServe logs for a client's mistake (REST and gRPC) are cut to their message.
 - SIGTERM stops REST and gRPC taking new work at once (KServe stops gRPC only once the REST
   drain is over), and both finish their in-flight requests within the grace period.
 """
@@ -21,11 +21,12 @@ import uvicorn
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import ORJSONResponse
 from kserve.errors import InvalidInput, ModelNotFound, invalid_input_handler
+from kserve.protocol.model_repository_extension import ModelRepositoryExtension
 from starlette.exceptions import HTTPException
 
 from vaecf import log
-from vaecf.serve.gate import BoundedHttp, RequestGate
-from vaecf.serve.protocol import RequestTooLarge
+from vaecf.serve.gate import BINARY_HEADER, BoundedHttp, RequestGate
+from vaecf.serve.protocol import RequestTooLarge, read_v2_binary
 
 
 class ModelServer(kserve.ModelServer):
@@ -34,23 +35,26 @@ class ModelServer(kserve.ModelServer):
     Args:
       max_header_bytes: most bytes of a request line and headers (431 past it).
       request_timeout: seconds a request may take to arrive in full (408 past it).
+      grpc_max_receive_bytes: the largest gRPC request (REST's body limit).
+      grpc_max_send_bytes: the largest gRPC answer: the largest legal answer's size, so that
+        no answer is computed and then cannot be sent.
       kwargs: ``kserve.ModelServer``'s.
     """
 
-    def __init__(self, *, max_header_bytes: int, request_timeout: float, **kwargs: Any) -> None:
+    def __init__(self, *, max_header_bytes: int, request_timeout: float,
+                 grpc_max_receive_bytes: int, grpc_max_send_bytes: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.model_repository_extension = _OneModel(self.registered_models)
         self._http = BoundedHttp.bounded(max_header_bytes, request_timeout)
+        self._grpc_options = {"grpc_max_receive_message_length": grpc_max_receive_bytes,
+                              "grpc_max_send_message_length": grpc_max_send_bytes}
         self._grpc_stop: asyncio.Task[None] | None = None
         decode = self.dataplane.decode_inference_request
 
         def checked_decode(body: Any, headers: Any, model_name: str) -> Any:
-            try:
-                return decode(body, headers, model_name)
-            except InvalidInput:
-                raise
-            except Exception as err:  # KServe parsing a client's binary tensors
-                raise InvalidInput(f"request body: malformed binary tensor data "
-                                   f"({type(err).__name__}: {err})") from None
+            if isinstance(body, bytes):  # binary tensors: the gate checked the header length
+                return read_v2_binary(body, int(headers[BINARY_HEADER.decode()]), model_name)
+            return decode(body, headers, model_name)
 
         self.dataplane.decode_inference_request = checked_decode
 
@@ -61,6 +65,8 @@ class ModelServer(kserve.ModelServer):
         if rest is not None:
             rest.config.http = self._http
             rest._server = _Uvicorn(rest.config, self._stop_grpc)
+        if self._grpc_server is not None:  # built, not started: it reads its options at start
+            self._grpc_server._kwargs = {**self._grpc_server._kwargs, **self._grpc_options}
         await super()._serve()
 
     def _stop_grpc(self) -> None:
@@ -74,6 +80,18 @@ class ModelServer(kserve.ModelServer):
             self._grpc_stop = loop.create_task(grpc_server.stop())
 
         loop.call_soon_threadsafe(stop)  # we are in a signal handler
+
+
+class _OneModel(ModelRepositoryExtension):
+    """KServe's model repository, without its load and unload: the one model is loaded at
+    start, and no client may unload it (gRPC's RepositoryModelUnload; REST's repository
+    paths are unknown paths, ``gate.NOT_SERVED``)."""
+
+    async def load(self, model_name: str) -> None:
+        raise InvalidInput(f"{model_name}: models are not loaded by request here")
+
+    async def unload(self, model_name: str) -> None:
+        raise InvalidInput(f"{model_name}: models are not unloaded by request here")
 
 
 class _Uvicorn(uvicorn.Server):

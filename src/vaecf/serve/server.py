@@ -58,10 +58,12 @@ def serve(config: ServeConfig) -> None:
     import_kserve()
     from kserve import model_server
 
+    from vaecf.serve import heap
     from vaecf.serve.predictor import Predictor
     from vaecf.serve.protocol import MAX_BODY_BYTES
     from vaecf.serve.runtime import ModelServer, install
 
+    heap.map_large_blocks_apart()
     predictor = Predictor(config.model_name, config.model, config.max_batch_users)
     predictor.load()
     install(model_server.app, MAX_BODY_BYTES)
@@ -71,7 +73,9 @@ def serve(config: ServeConfig) -> None:
                          workers=config.workers, enable_grpc=config.enable_grpc,
                          max_threads=config.max_threads, grace_period=config.grace_period,
                          enable_latency_logging=False, max_header_bytes=config.max_header_bytes,
-                         request_timeout=config.request_timeout)
+                         request_timeout=config.request_timeout,
+                         grpc_max_receive_bytes=MAX_BODY_BYTES,
+                         grpc_max_send_bytes=predictor.max_answer_bytes)
     # KServe's per-request timing lines (two per request) repeat what /metrics exports; the
     # access log (one line per request) stays.
     logging.getLogger("kserve.trace").setLevel(logging.WARNING)

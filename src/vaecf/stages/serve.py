@@ -85,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="most bytes of a request's line and headers (431 past it)")
     parser.add_argument("--request-timeout", type=seconds, default=REQUEST_TIMEOUT,
                         help="seconds a request (headers and body) may take to arrive in "
-                             "full, and an idle new connection may stay open (408 past it)")
+                             "full, and an idle new connection may stay open (408 past it); "
+                             "an answer its client stops reading for this long closes its "
+                             "connection")
     return parser
 
 
