@@ -439,10 +439,3 @@ def test_an_id_longer_than_serving_takes_is_refused_at_preprocess(  # type: igno
     preprocess_failed(cli("preprocess", "--input", tmp_path / "raw", "--output",
                           tmp_path / "out", *KEEP_ALL), tmp_path / "out",
                       f"{name}: {column}_id 'éééé", "is 258 bytes long (an id is at most 256")
-
-
-def test_the_id_limit_is_the_servers() -> None:
-    from vaecf.io.readers import MAX_ID_BYTES
-    from vaecf.serve.protocol import MAX_ID_BYTES as served
-
-    assert served == MAX_ID_BYTES

@@ -33,13 +33,13 @@ from kserve.protocol.infer_type import (
     RequestedOutput,
 )
 
+from vaecf.io.readers import MAX_ID_BYTES  # one id limit: the data stages refuse longer ids
 from vaecf.serve.model import Ranking
 
 DEFAULT_K = 20
 MAX_K = 1000
 MAX_USERS = 1024  # per request
 MAX_ITEMS = 10_000  # per user; ML-20M's most active user has 9,254 ratings
-MAX_ID_BYTES = 256  # per item id (UTF-8); MBIDs are 36, SHA-1 hex 40
 MAX_BODY_BYTES = 8 * 2**20  # checked from Content-Length before the body is read
 INPUTS = [{"name": "items", "datatype": "BYTES", "shape": [-1, -1]},
           {"name": "k", "datatype": "INT32", "shape": [-1]}]
