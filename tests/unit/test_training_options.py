@@ -97,10 +97,26 @@ TODAY = {
 }
 
 
+# oneDNN computes bfloat16 natively where the CPU has bfloat16 units (AVX512-BF16, AMX) and
+# emulates it elsewhere; the two round differently (up to 1% on these sums), so a CPU with the
+# units has its own recording: main d5aceb4 on a Xeon with AVX512-BF16, 2026-11-28, whose fp32
+# and mixed_float16 trajectories equal the recordings above.
+TODAY_BF16_UNITS = [
+    14.9461422, 14.319458, 0.179611385, 0, 0, 15.1944771, 14.5252581, 0.223828435, 0.200000003,
+    0, 15.5463533, 14.8741436, 0.248608947, 0.200000003, 0, 15.9472351, 15.2619982, 0.322914124,
+    0.200000003, 0, 15.1417236, 14.4705706, 0.260831892, 0.200000003, 0, -4.52109023,
+    0.0168553828, -1.45093611, -0.0147098884, 0.676803418, 0.00438882594, -5.69212478,
+    -0.012389127]
+
+
 @pytest.mark.parametrize(("precision", "item_chunk"), list(TODAY))
 def test_options_off_are_the_step_as_it_was(precision: str, item_chunk: int | None) -> None:
-    np.testing.assert_allclose(trajectory(precision, item_chunk), TODAY[precision, item_chunk],
-                               rtol=2e-5, atol=1e-6)
+    from vaecf.stages.demo import cpu_precision
+
+    expected = TODAY[precision, item_chunk]
+    if precision == "mixed_bfloat16" and cpu_precision() == "mixed_bfloat16":
+        expected = TODAY_BF16_UNITS
+    np.testing.assert_allclose(trajectory(precision, item_chunk), expected, rtol=2e-5, atol=1e-6)
 
 
 # [loss, nll, kl, beta, val ndcg@100] of two epochs of `vaecf train` on the synthetic split,
