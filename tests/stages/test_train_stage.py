@@ -172,11 +172,13 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(
                  "--checkpoint-dir", str(tmp_path / "model-checkpoints"))
     err = capsys.readouterr().err
     assert code == 1
-    # the first step of epoch 2 applies the bad update, the second overflows
+    # the first step of epoch 2 applies the bad update, the second overflows; the resumed
+    # run's first call is one step (then its replicas are broadcast), its next calls 1, 2, ...
+    # steps, each read after the next is queued
     steps_per_epoch = -(-load_split(split).train.shape[0] // 100)
     assert err.strip() == (f"vaecf train: error: non-finite loss at epoch 2 step "
-                           f"{steps_per_epoch + 2} (seen at step {2 * steps_per_epoch}: "
-                           "results are read every 32 steps)")
+                           f"{steps_per_epoch + 2} (seen at step {steps_per_epoch + 2}: "
+                           "results are read once per call, this one of 1 step)")
     assert not (tmp_path / "diverged").exists()
     assert sorted(p.name for p in (tmp_path / "model-checkpoints").iterdir()) == [
         "epoch-000001"]

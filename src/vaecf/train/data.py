@@ -20,11 +20,15 @@ a fixed granule, or under ``--xla`` and ``--shard-items`` one size per epoch, so
 step sees a shape or two per run instead of one per batch (and sharded ranks, whose step
 holds collectives, step on the same shape).
 
-Placement (decided here alone, STYLE.md 13): on a GPU host the CSR arrays live on the GPU
-(ML-20M's are ~40 MB) with the epoch's permutation, and each batch is gathered there by ops
-that have GPU kernels, so nothing crosses from the host per step (the host tf.data pipeline
-was 18-22% of an H100 epoch under --xla, DESIGN.md section 8). On a CPU host batches are
-built by tf.data in its own threads, ahead of compute, which is what is fastest there.
+Placement (decided here alone, STYLE.md 13): the CSR arrays live on the GPU on a GPU host
+(ML-20M's are ~40 MB), in host memory on a CPU host, with each pass's permutation placed
+beside them once (``call_inputs``); the training loop gathers each step's batch there, inside
+its compiled call of many steps (``BatchMaker.gather``, ops with GPU and XLA kernels;
+``vaecf.train.calls``), so nothing crosses from the host per step (the host tf.data pipeline
+was 18-22% of an H100 epoch under --xla, DESIGN.md section 8, and 5.2 ms of a 6.3 ms step at
+batch 4096, issue 35). The host tf.data path (``batches``) builds batches in its own threads:
+one step per call, for the lone step (tests compare the loop with it) and anything that
+wants batches one at a time.
 """
 
 from __future__ import annotations

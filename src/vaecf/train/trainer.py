@@ -275,7 +275,9 @@ class Trainer:
                                 unit="steps")
         started = time.perf_counter() - closed_form
         for index, phase in enumerate(config.passes):
-            before = time.perf_counter()  # the host's input work: the pass's permutation
+            # The host's input work (the input share): the pass's permutation, placed; the
+            # batches themselves are gathered inside the calls, on the device.
+            before = time.perf_counter()
             users, padded = self._pass_inputs(epoch, index)
             waited += time.perf_counter() - before
             if phase == "decoder":  # RecVAE: the prior follows the encoder passes
@@ -377,8 +379,8 @@ class Trainer:
         if bad.size:
             step = first_step + int(bad[0]) + 1
             raise VaecfError(f"non-finite loss at epoch {epoch} step {step} (seen at step "
-                             f"{self.state.step}: results are read once per call of "
-                             f"{count} steps)")
+                             f"{self.state.step}: results are read once per call, this one "
+                             f"of {count} step{'s' if count > 1 else ''})")
         return stats
 
     def _validate(self, epoch: int) -> tuple[dict[str, float], dict[str, float]]:
