@@ -551,3 +551,15 @@ def test_tensorflow_temp_files_of_a_killed_run_are_swept(synthetic_split,
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert list(tmp.iterdir()) == []  # the dead run's folder swept, the new one removed
+
+
+@pytest.mark.parametrize("value", ["-1", "1025"])
+def test_steps_per_call_out_of_its_range_is_refused(synthetic_split, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    value: str) -> None:
+    code = train(synthetic_split(), tmp_path / "model", "--steps-per-call", value)
+    err = capsys.readouterr().err
+    assert code != 0 and err.strip() == (
+        f"vaecf train: error: argument --steps-per-call: expected an integer in [0, 1024] "
+        f"(0: chosen), got {value} (see 'vaecf train --help')")
+    assert not (tmp_path / "model").exists()
