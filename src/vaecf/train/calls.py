@@ -20,6 +20,7 @@ prior's update between passes, validation, checkpoints and signals between epoch
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -58,15 +59,26 @@ def make_train_call(step: StepFn, gather: GatherFn, *, limit: int,
     result are zero.
     """
 
+    rows = tf.range(limit, dtype=tf.int64)[:, tf.newaxis]
+    # On a GPU the slices' begin and tf.range's limit are host memory: the step's position
+    # in the pass and its padded size are computed on the host, so no step waits for the
+    # device to learn them (XLA compiles the loop whole and places nothing).
+    host = contextlib.nullcontext if jit_compile else lambda: tf.device("/CPU:0")
+
     def call(users: tf.Tensor, padded: tf.Tensor | int, start: tf.Tensor, count: tf.Tensor,
              first_step: tf.Tensor) -> tf.Tensor:
-        stats = tf.TensorArray(tf.float32, size=limit, element_shape=[STATS])
-        for i in tf.range(count):
-            index = start + i
-            size = padded if isinstance(padded, int) else padded[index]
+        def one_step(i: tf.Tensor, stats: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            with host():
+                index = start + i
+                size = padded if isinstance(padded, int) else padded[index]
             batch = gather(users[index], size)
-            stats = stats.write(tf.cast(i, tf.int32), step(batch, first_step + i))
-        return stats.stack()
+            # Row i of the statistics, by a select: no TensorList (and a non-finite step
+            # stays in its own row).
+            return i + 1, tf.where(rows == i, step(batch, first_step + i)[tf.newaxis], stats)
+
+        _, stats = tf.while_loop(lambda i, _: i < count, one_step,
+                                 (tf.constant(0, tf.int64), tf.zeros([limit, STATS])))
+        return stats
 
     return tf.function(call, jit_compile=jit_compile, reduce_retracing=not jit_compile)
 
