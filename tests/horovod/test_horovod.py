@@ -229,3 +229,23 @@ def test_shard_items_trains_the_model_the_data_parallel_run_trains(synthetic_spl
             assert ours[name].tolist() == value.tolist(), name
         else:
             np.testing.assert_allclose(ours[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_shard_items_weights_do_not_depend_on_the_steps_per_call(synthetic_split,
+                                                                 tmp_path: Path) -> None:
+    """Two ranks with item shards (collectives inside the loop's every step, the replicated
+    gradients in one grouped allreduce) after two epochs of one step per call and of the
+    chosen counts (1, 2, 4, ... then measured): every rank's shard, bit for bit."""
+    split = synthetic_split(n_users=600, n_items=300, seed=0)
+    for name, per_call in (("one", "1"), ("chosen", "0")):
+        code, out = finish(horovodrun(split, tmp_path / name, "--epochs", "2", "--hidden",
+                                      "32", "--encoder-layers", "1", "--shard-items",
+                                      "--steps-per-call", per_call))
+        assert code == 0, out[-3000:]
+    for shard in ("shard-0", "shard-1"):
+        ends = [np.load(tmp_path / f"{name}-checkpoints" / shard / "epoch-000002" / "state.npz")
+                for name in ("one", "chosen")]
+        keys = [k for k in ends[0].files if k.startswith(("model/", "optimizer/"))]
+        assert len(keys) >= 8 and keys == [k for k in ends[1].files if k in keys]
+        for key in keys:
+            assert np.array_equal(ends[0][key], ends[1][key]), (shard, key)

@@ -172,11 +172,13 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(
                  "--checkpoint-dir", str(tmp_path / "model-checkpoints"))
     err = capsys.readouterr().err
     assert code == 1
-    # the first step of epoch 2 applies the bad update, the second overflows
+    # the first step of epoch 2 applies the bad update, the second overflows; the resumed
+    # run's first call is one step (then its replicas are broadcast), its next calls 1, 2, ...
+    # steps, each read after the next is queued
     steps_per_epoch = -(-load_split(split).train.shape[0] // 100)
     assert err.strip() == (f"vaecf train: error: non-finite loss at epoch 2 step "
-                           f"{steps_per_epoch + 2} (seen at step {2 * steps_per_epoch}: "
-                           "results are read every 32 steps)")
+                           f"{steps_per_epoch + 2} (seen at step {steps_per_epoch + 2}: "
+                           "results are read once per call, this one of 1 step)")
     assert not (tmp_path / "diverged").exists()
     assert sorted(p.name for p in (tmp_path / "model-checkpoints").iterdir()) == [
         "epoch-000001"]
@@ -549,3 +551,15 @@ def test_tensorflow_temp_files_of_a_killed_run_are_swept(synthetic_split,
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert list(tmp.iterdir()) == []  # the dead run's folder swept, the new one removed
+
+
+@pytest.mark.parametrize("value", ["-1", "1025"])
+def test_steps_per_call_out_of_its_range_is_refused(synthetic_split, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    value: str) -> None:
+    code = train(synthetic_split(), tmp_path / "model", "--steps-per-call", value)
+    err = capsys.readouterr().err
+    assert code != 0 and err.strip() == (
+        f"vaecf train: error: argument --steps-per-call: expected an integer in [0, 1024] "
+        f"(0: chosen), got {value} (see 'vaecf train --help')")
+    assert not (tmp_path / "model").exists()

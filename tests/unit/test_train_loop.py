@@ -1,5 +1,5 @@
-"""The training loop leaves the device alone: one read of the step results per block of steps,
-one allreduce per step."""
+"""The training loop leaves the device alone: one read of the step results per call of many
+steps, one allreduce per step."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from tensorflow.python.framework import ops
 from vaecf.errors import VaecfError
 from vaecf.train import data
 from vaecf.train import horovod as dist
-from vaecf.train import trainer as trainer_module
 from vaecf.train.config import TrainConfig
 from vaecf.train.trainer import Trainer
 
@@ -22,22 +21,21 @@ READS = ("numpy", "__bool__", "__float__", "__int__", "__index__", "__array__")
 
 
 def make_trainer(tmp_path, steps: int, precision: str = "fp32",
-                 learning_rate: float = 1e-3, xla: bool = False) -> Trainer:
+                 learning_rate: float = 1e-3, xla: bool = False,
+                 steps_per_call: int = 0) -> Trainer:
     rng = np.random.default_rng(0)
     train = sp.random(64, 30, density=0.2, format="csr", random_state=rng, dtype=np.float32)
     train.data[:] = 1.0
     config = TrainConfig(split="", output="", checkpoint_dir=str(tmp_path), batch_size=8,
                          hidden=8, latent=4, steps_per_epoch=steps, precision=precision,
-                         learning_rate=learning_rate, xla=xla)
+                         learning_rate=learning_rate, xla=xla,
+                         steps_per_call=steps_per_call)
     runtime = dist.Runtime(rank=0, size=1, local_rank=0, hosts=1, hvd=None)
     return Trainer(config, runtime, train, (train[:8], train[8:16]), split_digest="x")
 
 
-def test_the_loop_reads_the_device_once_per_block_of_steps(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(trainer_module, "READ_EVERY", 4)
-    trainer = make_trainer(tmp_path, steps=10, precision="mixed_float16")
-    # the GPU's input path (batches gathered where the matrix lives; here the CPU's memory)
-    trainer.maker = data.BatchMaker(trainer.train, 4, device="/CPU:0")
+def test_the_loop_reads_the_device_once_per_call_of_many_steps(tmp_path, monkeypatch) -> None:
+    trainer = make_trainer(tmp_path, steps=10, precision="mixed_float16", steps_per_call=4)
     trainer._run_epoch(1, broadcast_after_first=False)  # traced and warm
     reads: list[str] = []
     for name in READS:
@@ -49,15 +47,13 @@ def test_the_loop_reads_the_device_once_per_block_of_steps(tmp_path, monkeypatch
 
         monkeypatch.setattr(ops._EagerTensorBase, name, counted)
     record = trainer._run_epoch(2, broadcast_after_first=False)
-    # 10 steps read in blocks of 4, 4 and 2, plus the epoch's loss scale for the log
+    # 10 steps in calls of 4, 4 and 2, each read once, plus the epoch's loss scale for the log
     assert len(reads) == 3 + 1, reads
     assert record["step"] == 20 and np.isfinite(record["loss"]) and record["skipped_steps"] >= 0
 
 
-def test_a_non_finite_loss_is_named_by_its_step_when_the_block_is_read(tmp_path,
-                                                                       monkeypatch) -> None:
-    monkeypatch.setattr(trainer_module, "READ_EVERY", 4)
-    trainer = make_trainer(tmp_path, steps=6, learning_rate=1e38)
+def test_a_non_finite_loss_is_named_by_its_step_when_the_call_is_read(tmp_path) -> None:
+    trainer = make_trainer(tmp_path, steps=6, learning_rate=1e38, steps_per_call=4)
     with pytest.raises(VaecfError, match=r"non-finite loss at epoch 1 step 2 \(seen at step 4"):
         trainer._run_epoch(1, broadcast_after_first=False)
 
@@ -109,8 +105,8 @@ def test_xla_compiles_the_step_once_per_epoch_size_not_per_batch(tmp_path) -> No
         per_batch |= set(data.BatchMaker(trainer.train, 4).padded_sizes(everyone).tolist())
         trainer._run_epoch(epoch, broadcast_after_first=False)
     assert len(per_batch) >= 5  # padded per batch, the step would compile this many times
-    # the step is traced (and XLA-compiled) once per input shape it sees
-    assert trainer.step_fn.experimental_get_tracing_count() == len(sizes) <= 3
+    # the call is traced (and XLA-compiled) once per padded size it sees, whatever its steps
+    assert trainer.calls["joint"].experimental_get_tracing_count() == len(sizes) <= 3
 
 
 def test_a_signal_after_the_checkpoint_decision_stops_the_next_epoch_with_its_checkpoint(

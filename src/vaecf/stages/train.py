@@ -8,7 +8,13 @@ from vaecf.errors import VaecfError
 from vaecf.io import manifest_name
 from vaecf.io.roles import Role
 from vaecf.stages import finite_non_negative, finite_positive, location, new_parser, run_stage, seed
-from vaecf.train.config import COMPRESSIONS, DEFAULT_BATCH_SIZE, PRECISIONS, TrainConfig
+from vaecf.train.config import (
+    COMPRESSIONS,
+    DEFAULT_BATCH_SIZE,
+    MAX_STEPS_PER_CALL,
+    PRECISIONS,
+    TrainConfig,
+)
 
 STAGE = "train"
 
@@ -24,6 +30,14 @@ def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+    return value
+
+
+def _steps_per_call(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= MAX_STEPS_PER_CALL:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, {MAX_STEPS_PER_CALL}] "
+                                         f"(0: chosen), got {text}")
     return value
 
 
@@ -77,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(1: every epoch, as before)")
     add("--steps-per-epoch", type=_positive, help="steps per epoch [default: one pass over "
         "the training users]")
+    add("--steps-per-call", type=_steps_per_call, default=0, metavar="K", help="training "
+        "steps per call to the device, each step's batch gathered on the device inside the "
+        f"call (1-{MAX_STEPS_PER_CALL}; never past an epoch's end; the weights are the same "
+        "for any K) [default: 0, chosen to last about a quarter of a second per call]")
     add("--item-chunk", type=_non_negative, metavar="N", help="compute the training "
         "likelihood over chunks of N items, never holding the [users, items] logits (0: "
         "whole) [default: chunked when one process's step would hold over 1 GiB of logits on "
@@ -139,6 +157,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         latent=args.latent, l2=args.l2, seed=args.seed, validate_every=args.validate_every,
         checkpoint_interval=args.checkpoint_interval,
         checkpoint_every=args.checkpoint_every, steps_per_epoch=args.steps_per_epoch,
+        steps_per_call=args.steps_per_call,
         expect_world_size=args.expect_world_size, expect_hosts=args.expect_hosts,
         compression=args.compression, tensorboard_dir=args.tensorboard_dir,
         item_chunk=args.item_chunk, shard_items=args.shard_items,

@@ -8,6 +8,9 @@ from typing import Any
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
 COMPRESSIONS = ("none", "fp16")
 DEFAULT_BATCH_SIZE = 500
+# Training steps in one call at most (--steps-per-call; ``vaecf.train.calls``): the rows of
+# the statistics buffer each call returns (5 float32 per step).
+MAX_STEPS_PER_CALL = 1024
 
 # Parameters that fix the shapes or the arithmetic of the checkpointed state: a checkpoint
 # written with other values cannot be resumed.
@@ -31,6 +34,10 @@ class TrainConfig:
         (``resolved``), which fits a 600-user file and ML-20M alike; the paper's 200,000 keeps
         beta at 0.001 after a small run's 200 steps, i.e. no KL term.
       steps_per_epoch: steps per epoch; None = one pass over the training users.
+      steps_per_call: training steps the device runs per call from the host, its batches
+        gathered inside (``vaecf.train.calls``; never past a pass's end), at most
+        ``MAX_STEPS_PER_CALL``; 0: chosen from the measured speed (about a quarter
+        of a second per call). The weights do not depend on it.
       validate_every: validate (and consider for export) every N epochs; the last epoch
         is always validated.
       checkpoint_interval: checkpoint after the first epoch that ends this many seconds after
@@ -91,6 +98,7 @@ class TrainConfig:
     checkpoint_interval: float = 600.0
     checkpoint_every: int | None = None
     steps_per_epoch: int | None = None
+    steps_per_call: int = 0
     expect_world_size: int | None = None
     expect_hosts: int | None = None
     compression: str = "none"

@@ -20,11 +20,15 @@ a fixed granule, or under ``--xla`` and ``--shard-items`` one size per epoch, so
 step sees a shape or two per run instead of one per batch (and sharded ranks, whose step
 holds collectives, step on the same shape).
 
-Placement (decided here alone, STYLE.md 13): on a GPU host the CSR arrays live on the GPU
-(ML-20M's are ~40 MB) with the epoch's permutation, and each batch is gathered there by ops
-that have GPU kernels, so nothing crosses from the host per step (the host tf.data pipeline
-was 18-22% of an H100 epoch under --xla, DESIGN.md section 8). On a CPU host batches are
-built by tf.data in its own threads, ahead of compute, which is what is fastest there.
+Placement (decided here alone, STYLE.md 13): the CSR arrays live on the GPU on a GPU host
+(ML-20M's are ~40 MB), in host memory on a CPU host, with each pass's permutation placed
+beside them once (``call_inputs``); the training loop gathers each step's batch there, inside
+its compiled call of many steps (``BatchMaker.gather``, ops with GPU and XLA kernels;
+``vaecf.train.calls``), so nothing crosses from the host per step (the host tf.data pipeline
+was 18-22% of an H100 epoch under --xla, DESIGN.md section 8, and 5.2 ms of a 6.3 ms step at
+batch 4096, issue 35). The host tf.data path (``batches``) builds batches in its own threads:
+one step per call, for the lone step (tests compare the loop with it) and anything that
+wants batches one at a time.
 """
 
 from __future__ import annotations
@@ -146,7 +150,7 @@ class BatchMaker:
         self._items = tf.RaggedTensor.from_row_splits(self._indices, self._indptr,
                                                       validate=False)
         self._values = tf.RaggedTensor.from_row_splits(self._data, self._indptr, validate=False)
-        self.resident_gather = tf.function(self._resident, reduce_retracing=True)
+        self.resident_gather = tf.function(self.gather, reduce_retracing=True)
 
     def padded_sizes(self, users: np.ndarray, rank: int = 0) -> np.ndarray:
         """Entries of each of ``rank``'s batches after padding: int64 [steps].
@@ -171,8 +175,10 @@ class BatchMaker:
                            item_idx=tf.concat([items.flat_values, tf.zeros([pad], tf.int64)], 0),
                            values=tf.concat([values, tf.zeros([pad])], 0), user_idx=users)
 
-    def _resident(self, users: tf.Tensor, padded: tf.Tensor) -> SparseBatch:
-        """``__call__`` from ops with GPU kernels (RaggedGather has only a CPU kernel).
+    def gather(self, users: tf.Tensor, padded: tf.Tensor | int) -> SparseBatch:
+        """``__call__`` from ops with GPU kernels (RaggedGather has only a CPU kernel), and
+        XLA's (a Python int ``padded`` gives every output a static shape): the gather of each
+        step inside the training loop's compiled call (``vaecf.train.calls``).
 
         ``padded`` is a host scalar, so ``tf.range`` (whose GPU kernel reads its limit from
         host memory) does not wait for the device's cumsum.
@@ -222,6 +228,23 @@ def _resident_batches(maker: BatchMaker, users: tf.Tensor,
         with tf.device(maker.device):  # the scope ends before the yield: it must not hold
             batch = maker.resident_gather(users[step], size)  # over the caller's ops
         yield batch
+
+
+def call_inputs(maker: BatchMaker, users: np.ndarray, padded: np.ndarray,
+                static: bool) -> tuple[tf.Tensor, tf.Tensor | int]:
+    """A pass's inputs to the training loop's calls, placed once per pass: the users of its
+    steps (int64 [steps, b]) where the matrix lives, and the padded entries of each step,
+    int64 [steps] in host memory (``tf.range`` reads its limit there on a GPU), or with
+    ``static`` the pass's one size as a Python int (XLA compiles shapes, not values; the
+    maker pads a pass to one size when ``one_size``)."""
+    with tf.device(maker.device or "/CPU:0"):
+        placed = tf.constant(users)
+    if static:
+        if len(set(padded.tolist())) != 1:
+            raise ValueError("a static padded size needs a maker that pads to one size")
+        return placed, int(padded[0])
+    with tf.device("/CPU:0"):
+        return placed, tf.constant(padded, tf.int64)
 
 
 def csr_batch(rows: sp.csr_matrix) -> SparseBatch:

@@ -117,9 +117,31 @@ def kl_weight(batch: SparseBatch, step_idx: tf.Tensor, config: TrainConfig) -> t
 
 def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
                     config: TrainConfig, runtime: Runtime, phase: str = "joint") -> StepFn:
+    """``train_step``, compiled alone: one step per call (``--xla`` compiles it whole in a
+    world of one; each batch shape is its own trace, one compile per traced shape)."""
+    body = train_step(model, optimizer, config, runtime, phase)
+    if runtime.size == 1:
+        return tf.function(body, reduce_retracing=not config.xla, jit_compile=config.xla)
+    return tf.function(body, reduce_retracing=True)
+
+
+def compiles_whole(config: TrainConfig, runtime: Runtime) -> bool:
+    """Whether XLA compiles ``train_step`` whole (and the loop around it): with ``--xla`` in a
+    world of one. XLA cannot compile Horovod's collectives: ``train_step`` then compiles the
+    two halves around them itself."""
+    return config.xla and runtime.size == 1
+
+
+def train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
+               config: TrainConfig, runtime: Runtime, phase: str = "joint") -> StepFn:
     """One data-parallel update: (batch, step) -> float32 [5], the averaged [loss, nll, kl,
     beta] and 1 if the optimizer skipped the step (float16 gradients overflowed), else 0.
     ``beta`` is the batch's mean KL weight under ``--kl-per-item``.
+
+    The update is returned as a Python function for the caller to compile (``--xla`` whole
+    when ``compiles_whole``): alone (``make_train_step``) or inside a loop of many steps per
+    call (``vaecf.train.calls``). In a world of more than one its halves around the
+    collectives are compiled here.
 
     ``phase`` (``MultVAE.PHASES``): "joint" updates every variable; "encoder" only the
     encoder's, "decoder" only the decoder's with no input dropout (``--alternate``: the
@@ -128,7 +150,7 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
     first few hundred steps only).
 
     The step returns device tensors and never waits for the device: the caller reads them
-    back in blocks (``trainer.READ_EVERY``).
+    back once per call of many steps.
     """
     hvd, size = runtime.hvd, runtime.size
     if config.anneal_steps is None:
@@ -168,9 +190,8 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
         stats, grads = gradients(batch, step_idx)
         return tf.concat([stats, [apply(grads)]], 0)
 
-    if size == 1:  # --xla compiles the whole step: forward, loss, gradients, apply. Each
-        # batch shape is its own trace (no reduce_retracing): one compile per traced shape.
-        return tf.function(step, reduce_retracing=not config.xla, jit_compile=config.xla)
+    if size == 1:  # --xla compiles the whole step: forward, loss, gradients, apply
+        return step
     # XLA cannot compile Horovod's collectives: compile the two halves around them.
     # With item shards the forward and backward passes hold collectives too: not compiled.
     compiled_gradients = tf.function(gradients, jit_compile=config.xla and not model.shard)
@@ -196,7 +217,7 @@ def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
         skipped = compiled_apply(grads)  # Horovod: unscale (fp16), skip if not finite
         return tf.concat([stats, [skipped]], 0)
 
-    return tf.function(distributed_step, reduce_retracing=True)
+    return distributed_step
 
 
 def _tf_variables(variables: Sequence[keras.Variable]) -> list[tf.Variable]:

@@ -26,16 +26,10 @@ from vaecf.errors import VaecfError
 from vaecf.metrics import evaluate
 from vaecf.model import MultVAE, choose_item_chunk, padded_items
 from vaecf.model import implicit_slim as slim
-from vaecf.train import checkpoint, data, memory
+from vaecf.train import calls, checkpoint, data, memory
 from vaecf.train import horovod as dist
 from vaecf.train.config import STATE_PARAMETERS, TrainConfig
 from vaecf.train.tracking import VAL_KEYS, EpochTracker
-
-# Steps between reads of the step results (loss statistics, skips): each read waits until the
-# device has finished every queued step, so reading every step (as before) kept the host from
-# queueing the next step ahead and left a GPU idle between steps at small batches. A
-# non-finite loss is therefore seen up to this many steps late (the error names its step).
-READ_EVERY = 32
 
 
 def peak_rss_bytes() -> int:
@@ -110,11 +104,6 @@ class Trainer:
         self.model.build_variables()
         self.optimizer = dist.make_optimizer(config)
         self.optimizer.build(self.model.trainable_variables)
-        # One step per phase of the epoch's passes (only "joint" unless --alternate).
-        self.step_fns = {phase: dist.make_train_step(self.model, self.optimizer, config,
-                                                     runtime, phase)
-                         for phase in dict.fromkeys(config.passes)}
-        self.step_fn = self.step_fns[config.passes[0]]
         one_size = config.xla or config.shard_items
         lengths = None
         if one_size:  # every rank sizes every rank's batches: each one's row lengths
@@ -123,6 +112,16 @@ class Trainer:
         granule = data.pad_granule(train.nnz if nnz is None else nnz, self.n_users, local)
         self.maker = data.BatchMaker(train, granule, device=device, one_size=one_size,
                                      first=first, lengths=lengths)
+        # One call of many steps per phase of the epoch's passes (only "joint" unless
+        # --alternate): its batches gathered inside, where the matrix lives.
+        limit = min(calls.MAX_STEPS_PER_CALL, self.steps)
+        self.whole = dist.compiles_whole(config, runtime)
+        self.calls = {phase: calls.make_train_call(
+            dist.train_step(self.model, self.optimizer, config, runtime, phase),
+            self.maker.gather, limit=limit, jit_compile=self.whole)
+            for phase in dict.fromkeys(config.passes)}
+        self.sizer = calls.CallSizer(config.steps_per_call, limit)
+        self.clock = calls.CallClock()
         self.state = State()
         self.tracker = EpochTracker(config.tensorboard_dir)  # used on rank 0 only
         self._scores = tf.function(self._score_batch, reduce_retracing=True)
@@ -270,41 +269,42 @@ class Trainer:
         if every and epoch % every == 0:
             self._implicit_slim()
         closed_form = time.perf_counter() - closed_form  # part of the epoch's time
-        passes = []
-        for index, phase in enumerate(config.passes):
-            everyone = data.all_ranks_users(self.n_users, seed=config.seed, epoch=epoch,
-                                            steps=self.steps, batch_size=config.batch_size,
-                                            world_size=self.shares, pass_index=index)
-            if self.shares != runtime.size:  # one process: every share's part of each step
-                everyone = everyone.reshape(self.steps, 1, config.batch_size)
-            passes.append((phase, data.batches(self.maker, everyone[:, runtime.rank],
-                                               self.maker.padded_sizes(everyone,
-                                                                       runtime.rank))))
-        results: list[np.ndarray] = []
-        pending: list[tf.Tensor] = []
         waited = 0.0
-        progress = log.Progress(f"epoch {epoch}", total=self.steps * len(passes), unit="steps")
+        results: list[np.ndarray] = []
+        pending: tuple[tf.Tensor, int, int] | None = None
+        progress = log.Progress(f"epoch {epoch}", total=self.steps * len(config.passes),
+                                unit="steps")
         started = time.perf_counter() - closed_form
-        for phase, batches in passes:
+        for index, phase in enumerate(config.passes):
+            # The host's input work (the input share): the pass's permutation, placed; the
+            # batches themselves are gathered inside the calls, on the device.
+            before = time.perf_counter()
+            users, padded = self._pass_inputs(epoch, index)
+            waited += time.perf_counter() - before
             if phase == "decoder":  # RecVAE: the prior follows the encoder passes
                 self.model.update_prior()
-            for _ in range(self.steps):
-                before = time.perf_counter()
-                batch = next(batches)
-                waited += time.perf_counter() - before
-                if len(pending) == READ_EVERY:  # after queueing the next gather: device works
-                    results.append(self._check(read_back(tf.stack(pending)), epoch))
-                    pending = []
-                step = tf.constant(self.state.step, tf.int64)
-                pending.append(self.step_fns[phase](batch, step))
-                self.state.step += 1
+            self.sizer.measure(self._agreed(self.clock.take()))
+            done = 0
+            while done < self.steps:
+                count = 1 if broadcast_after_first else self.sizer.steps(self.steps - done)
+                out = self.calls[phase](users, padded, tf.constant(done, tf.int64),
+                                        tf.constant(count, tf.int64),
+                                        tf.constant(self.state.step, tf.int64))
+                if pending is not None:  # read after queueing the next call: device works
+                    results.append(self._check(*pending, epoch))
+                    self.clock.read(pending[1])
+                pending = (out, count, self.state.step)
+                self.state.step += count
+                done += count
                 if broadcast_after_first:
                     dist.broadcast_state(self.model, self.optimizer, runtime)
                     broadcast_after_first = False
-                progress.update(1)
+                progress.update(count)
         if config.passes == ("joint",):
             self.model.update_prior()
-        results.append(self._check(read_back(tf.stack(pending)), epoch))
+        assert pending is not None
+        results.append(self._check(*pending, epoch))
+        self.clock.read(pending[1])
         seconds = time.perf_counter() - started
         progress.close()
         stats = np.concatenate(results)
@@ -312,12 +312,32 @@ class Trainer:
         return {"epoch": epoch, "step": self.state.step, "loss": float(loss),
                 "nll": float(nll), "kl": float(kl), "beta": float(stats[-1, 3]),
                 "epoch_seconds": seconds,
-                "users_per_second": self.steps * len(passes) * config.batch_size / seconds,
+                "users_per_second": self.steps * len(config.passes) * config.batch_size / seconds,
                 "input_seconds": waited, "input_share": waited / seconds,
                 "skipped_steps": int(stats[:, 4].sum()), "loss_scale": self.loss_scale(),
                 "precision": config.precision, "world_size": runtime.size,
                 "batch_size": config.batch_size, "shard_items": config.shard_items,
                 "peak_rss_bytes": dist.gather_object(peak_rss_bytes(), runtime)}
+
+    def _pass_inputs(self, epoch: int, index: int) -> tuple[tf.Tensor, tf.Tensor | int]:
+        """Pass ``index`` of ``epoch``: this rank's users of each step, placed where the
+        matrix lives, and each step's padded entries (``data.call_inputs``)."""
+        config, runtime = self.config, self.runtime
+        everyone = data.all_ranks_users(self.n_users, seed=config.seed, epoch=epoch,
+                                        steps=self.steps, batch_size=config.batch_size,
+                                        world_size=self.shares, pass_index=index)
+        if self.shares != runtime.size:  # one process: every share's part of each step
+            everyone = everyone.reshape(self.steps, 1, config.batch_size)
+        return data.call_inputs(self.maker, everyone[:, runtime.rank],
+                                self.maker.padded_sizes(everyone, runtime.rank),
+                                static=self.whole)
+
+    def _agreed(self, seconds_per_step: float | None) -> float | None:
+        """Rank 0's measured speed on every rank (when the steps per call are chosen): the
+        ranks cut their passes into the same calls."""
+        if self.config.steps_per_call:
+            return None
+        return dist.broadcast_object(seconds_per_step, self.runtime)
 
     def _implicit_slim(self) -> None:
         """Set both item embeddings from ImplicitSLIM's closed form of the training matrix.
@@ -351,14 +371,17 @@ class Trainer:
         if shard is None:
             dist.broadcast_state(self.model, self.optimizer, self.runtime)
 
-    def _check(self, stats: np.ndarray, epoch: int) -> np.ndarray:
-        """``stats`` [steps, 5] of the steps up to ``state.step``, refused if a loss is not
-        finite: the run stops without a checkpoint, so the last good one is kept."""
+    def _check(self, out: tf.Tensor, count: int, first_step: int, epoch: int) -> np.ndarray:
+        """The statistics [count, 5] of one call (``count`` steps from the run's step
+        ``first_step``, 0-based), refused if a loss is not finite: the run stops without a
+        checkpoint, so the last good one is kept."""
+        stats = read_back(out)[:count]
         bad = np.flatnonzero(~np.isfinite(stats[:, 0]))
         if bad.size:
-            step = self.state.step - len(stats) + int(bad[0]) + 1
+            step = first_step + int(bad[0]) + 1
             raise VaecfError(f"non-finite loss at epoch {epoch} step {step} (seen at step "
-                             f"{self.state.step}: results are read every {READ_EVERY} steps)")
+                             f"{self.state.step}: results are read once per call, this one "
+                             f"of {count} step{'s' if count > 1 else ''})")
         return stats
 
     def _validate(self, epoch: int) -> tuple[dict[str, float], dict[str, float]]:
