@@ -559,7 +559,8 @@ def test_steps_per_call_out_of_its_range_is_refused(synthetic_split, tmp_path: P
                                                     value: str) -> None:
     code = train(synthetic_split(), tmp_path / "model", "--steps-per-call", value)
     err = capsys.readouterr().err
-    assert code != 0 and err.strip() == (
-        f"vaecf train: error: argument --steps-per-call: expected an integer in [0, 1024] "
-        f"(0: chosen), got {value} (see 'vaecf train --help')")
+    expected = ("argument --steps-per-call: expected an integer >= 0, got -1" if value == "-1"
+                else "--steps-per-call 1025: expected 0..1024 (the upper bound: the rows of a "
+                     "call's statistics buffer)")
+    assert code != 0 and len(err.strip().splitlines()) == 1 and expected in err
     assert not (tmp_path / "model").exists()

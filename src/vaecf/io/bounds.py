@@ -33,6 +33,9 @@ PROCESSES = 65536  # Horovod ranks, hosts or shares of the users
 FLOAT32_MAX = 3.4028234663852886e38
 DAY = 86400.0
 YEAR = 365 * DAY
+# Training steps in one call at most (--steps-per-call; ``vaecf.train.calls``): the rows of
+# the statistics buffer each call returns (5 float32 per step).
+STEPS_PER_CALL = 1024
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ BOUNDS: dict[str, Bound] = {
     "--heldout-users": Bound(1, COUNT, "int32 user indices"),
     # training: train, tune, demo, benchmark, launch-mpijob
     "--epochs": Bound(1, EPOCHS, "a million passes over the users"),
+    "--steps-per-call": Bound(0, STEPS_PER_CALL, "the rows of a call's statistics buffer"),
     "--batch-size": Bound(1, COUNT, "int32 user indices"),
     "--batch-sizes": Bound(1, COUNT, "int32 user indices"),
     "--batch-per-rank": Bound(1, COUNT, "int32 user indices"),

@@ -33,14 +33,6 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _steps_per_call(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= MAX_STEPS_PER_CALL:
-        raise argparse.ArgumentTypeError(f"expected an integer in [0, {MAX_STEPS_PER_CALL}] "
-                                         f"(0: chosen), got {text}")
-    return value
-
-
 def _seconds(text: str) -> float:
     value = float(text)
     if not value >= 0.0:  # also refuses nan
@@ -91,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(1: every epoch, as before)")
     add("--steps-per-epoch", type=_positive, help="steps per epoch [default: one pass over "
         "the training users]")
-    add("--steps-per-call", type=_steps_per_call, default=0, metavar="K", help="training "
+    add("--steps-per-call", type=_non_negative, default=0, metavar="K", help="training "
         "steps per call to the device, each step's batch gathered on the device inside the "
         f"call (1-{MAX_STEPS_PER_CALL}; never past an epoch's end; the weights are the same "
         "for any K) [default: 0, chosen to last about a quarter of a second per call]")

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from vaecf.io.bounds import STEPS_PER_CALL
+
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
 COMPRESSIONS = ("none", "fp16")
 DEFAULT_BATCH_SIZE = 500
-# Training steps in one call at most (--steps-per-call; ``vaecf.train.calls``): the rows of
-# the statistics buffer each call returns (5 float32 per step).
-MAX_STEPS_PER_CALL = 1024
+MAX_STEPS_PER_CALL = STEPS_PER_CALL  # --steps-per-call's bound (``vaecf.io.bounds``)
 
 # Parameters that fix the shapes or the arithmetic of the checkpointed state: a checkpoint
 # written with other values cannot be resumed.
