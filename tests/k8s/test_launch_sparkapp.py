@@ -5,6 +5,7 @@ holding the staged input and the output the driver publishes."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -299,7 +300,9 @@ def test_the_launcher_roles_grant_what_the_step_calls(env, cli, monkeypatch) -> 
                     "deleting it to run it again") in out
             assert server.cluster.jobs[APP["preprocess"]]["metadata"]["uid"] == "uid-1"
         else:
-            assert err.endswith("did not finish within 1 s; deleted the job\n")
+            # a loaded host may see the last watch read time out at the deadline first
+            assert re.search(r"did not finish within 1 s( \(last trouble: .+\))?; deleted "
+                             r"the job\n\Z", err), err
     assert codes == [0, 1]
     spark = granted(ROOT / "manifests" / "spark" / "rbac.yaml", "vaecf-spark-launcher")
     launcher = granted(ROOT / "manifests" / "base" / "rbac.yaml", "vaecf-launcher")
