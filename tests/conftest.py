@@ -13,6 +13,28 @@ BIN = Path(sys.executable).parent
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for ``make test`` (``pytest -n 2 --dist loadgroup``): every horovodrun test on
+    one worker (two ranks already fill the 2 cores; two jobs at once would only race for
+    them), every test of the ``spark`` fixture on one worker (one JVM, one session), and the
+    tests that share a module-scoped fixture (a trained model, a running server) on one
+    worker, so that it is built once. The other tests go wherever a worker is free. Without
+    xdist the marks do nothing."""
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        if item.get_closest_marker("horovod"):
+            group = "horovod"
+        elif "spark" in getattr(item, "fixturenames", ()):
+            group = "spark"
+        elif fixtures and any(defs[-1].scope == "module"
+                              for defs in fixtures.name2fixturedefs.values()):
+            group = item.nodeid.split("::")[0]
+        else:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[str]:
     """A moto S3 server on 127.0.0.1; yields its endpoint URL."""
