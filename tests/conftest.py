@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 BIN = Path(sys.executable).parent
+# The time limit of a test marked slow: its longest run here, 88 s at a load of 15-19 on
+# 2 cores (2026-11-28), three times over.
+SLOW_TIMEOUT = 300
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -20,8 +23,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     them), every test of the ``spark`` fixture on one worker (one JVM, one session), and the
     tests that share a module-scoped fixture (a trained model, a running server) on one
     worker, so that it is built once. The other tests go wherever a worker is free. Without
-    xdist the marks do nothing."""
+    xdist the marks do nothing.
+
+    Time limits (pytest-timeout; pyproject.toml's ``timeout = 60`` for every other test): a
+    test marked ``slow`` (real processes: horovodrun, a JVM, a ``vaecf train`` child stopped
+    by a signal) may take ``SLOW_TIMEOUT`` seconds, so that a machine loaded by other work
+    does not fail it; a test's own ``timeout`` mark wins."""
     for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
         fixtures = getattr(item, "_fixtureinfo", None)
         if item.get_closest_marker("horovod"):
             group = "horovod"
