@@ -138,6 +138,10 @@ def spark():  # type: ignore[no-untyped-def]
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.driver.memory", "512m")
+               # tiny inputs: the JIT's optimising tier and parallel GC cost more CPU than
+               # they save on 2 shared cores
+               .config("spark.driver.extraJavaOptions",
+                       "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.session.timeZone", "UTC")
                # several sorted partitions even for tiny data: the global ranks add offsets
