@@ -16,33 +16,39 @@ SLOW_TIMEOUT = 300
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups for ``make test`` (``pytest -n 2 --dist loadgroup``): every horovodrun test on
-    one worker (two ranks already fill the 2 cores; two jobs at once would only race for
-    them), every test of the ``spark`` fixture on one worker (one JVM, one session), and the
-    tests that share a module-scoped fixture (a trained model, a running server) on one
-    worker, so that it is built once. The other tests go wherever a worker is free. Without
-    xdist the marks do nothing.
+# The test files whose tests spawn horovodrun (the ``horovod`` mark). Under pytest-xdist
+# (``make test``) they run on one worker, one after another: two ranks already fill the
+# 2 cores, and two jobs at once would only race for them.
+HOROVOD_FILES = ("tests/e2e/", "tests/horovod/", "tests/stages/test_benchmark_stage.py")
 
-    Time limits (pytest-timeout; pyproject.toml's ``timeout = 60`` for every other test): a
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``make test``'s two workers take whole test files (a module's fixtures, a trained model
+    or a running server, are built once; the Spark engine's tests share one JVM), and the
+    horovodrun files as one unit. (xdist's ``--dist loadgroup`` marks are lost under
+    pytest 9.2, whose node ids xdist 3.8 can no longer rename.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Files(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "horovod" if path.startswith(HOROVOD_FILES) else path
+
+    return Files(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Time limits (pytest-timeout; pyproject.toml's ``timeout = 60`` for every other test): a
     test marked ``slow`` (real processes: horovodrun, a JVM, a ``vaecf train`` child stopped
     by a signal) may take ``SLOW_TIMEOUT`` seconds, so that a machine loaded by other work
-    does not fail it; a test's own ``timeout`` mark wins."""
+    does not fail it; a test's own ``timeout`` mark wins. A horovodrun test outside
+    ``HOROVOD_FILES`` is refused: it would run beside another on the second worker."""
     for item in items:
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
-        fixtures = getattr(item, "_fixtureinfo", None)
-        if item.get_closest_marker("horovod"):
-            group = "horovod"
-        elif "spark" in getattr(item, "fixturenames", ()):
-            group = "spark"
-        elif fixtures and any(defs[-1].scope == "module"
-                              for defs in fixtures.name2fixturedefs.values()):
-            group = item.nodeid.split("::")[0]
-        else:
-            continue
-        item.add_marker(pytest.mark.xdist_group(group))
+        if item.get_closest_marker("horovod") and not item.nodeid.startswith(HOROVOD_FILES):
+            raise pytest.UsageError(f"{item.nodeid} is marked horovod: list its file in "
+                                    "HOROVOD_FILES (tests/conftest.py)")
 
 
 @pytest.fixture(scope="session")
