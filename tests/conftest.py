@@ -10,7 +10,45 @@ from pathlib import Path
 import pytest
 
 BIN = Path(sys.executable).parent
+# The time limit of a test marked slow: its longest run here, 88 s at a load of 15-19 on
+# 2 cores (2026-11-28), three times over.
+SLOW_TIMEOUT = 300
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+# The test files whose tests spawn horovodrun (the ``horovod`` mark). Under pytest-xdist
+# (``make test``) they run on one worker, one after another: two ranks already fill the
+# 2 cores, and two jobs at once would only race for them.
+HOROVOD_FILES = ("tests/e2e/", "tests/horovod/", "tests/stages/test_benchmark_stage.py")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``make test``'s two workers take whole test files (a module's fixtures, a trained model
+    or a running server, are built once; the Spark engine's tests share one JVM), and the
+    horovodrun files as one unit. (xdist's ``--dist loadgroup`` marks are lost under
+    pytest 9.2, whose node ids xdist 3.8 can no longer rename.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Files(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "horovod" if path.startswith(HOROVOD_FILES) else path
+
+    return Files(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Time limits (pytest-timeout; pyproject.toml's ``timeout = 60`` for every other test): a
+    test marked ``slow`` (real processes: horovodrun, a JVM, a ``vaecf train`` child stopped
+    by a signal) may take ``SLOW_TIMEOUT`` seconds, so that a machine loaded by other work
+    does not fail it; a test's own ``timeout`` mark wins. A horovodrun test outside
+    ``HOROVOD_FILES`` is refused: it would run beside another on the second worker."""
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
+        if item.get_closest_marker("horovod") and not item.nodeid.startswith(HOROVOD_FILES):
+            raise pytest.UsageError(f"{item.nodeid} is marked horovod: list its file in "
+                                    "HOROVOD_FILES (tests/conftest.py)")
 
 
 @pytest.fixture(scope="session")
@@ -106,6 +144,10 @@ def spark():  # type: ignore[no-untyped-def]
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.driver.memory", "512m")
+               # tiny inputs: the JIT's optimising tier and parallel GC cost more CPU than
+               # they save on 2 shared cores
+               .config("spark.driver.extraJavaOptions",
+                       "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
                .config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.session.timeZone", "UTC")
                # several sorted partitions even for tiny data: the global ranks add offsets

@@ -81,6 +81,7 @@ RECVAE = ["--kl-per-item", "0.005", "--composite-prior", "--alternate", "1",
           "--encoder-layers", "3", "--implicit-slim-every", "2"]
 
 
+@pytest.mark.timeout(1200)  # its horovodrun alone may take the 900 s it is given (below)
 @pytest.mark.parametrize("shard", [False, True], ids=["replicated", "shard-items"])
 def test_every_training_option_on_two_ranks_matches_one_process(synthetic_split, tmp_path: Path,
                                                                 shard: bool) -> None:

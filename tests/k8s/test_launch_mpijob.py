@@ -144,8 +144,9 @@ def test_timeout_deletes_the_job_and_says_why_it_was_stuck(env, cli, monkeypatch
     assert (f"event Pod/{JOB}-worker-1: FailedScheduling: 0/3 nodes are available: "
             "3 Insufficient nvidia.com/gpu.") in out
     assert "Scheduled" not in out and "not ours" not in out
-    assert err == (f"vaecf launch-mpijob: error: mpijob team-a/{JOB}: did not finish within "
-                   "1 s; deleted the job\n")
+    # a loaded host may see the last watch read time out at the deadline first
+    assert re.fullmatch(f"vaecf launch-mpijob: error: mpijob team-a/{JOB}: did not finish "
+                        r"within 1 s( \(last trouble: .+\))?; deleted the job\n", err), err
     (delete,) = server.cluster.seen("DELETE")
     assert delete.path == f"/apis/kubeflow.org/v2beta1/namespaces/team-a/mpijobs/{JOB}"
     assert not env["output"].exists()

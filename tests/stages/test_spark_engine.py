@@ -30,7 +30,9 @@ from vaecf.data.split_keys import id_text, pair_keys, text_keys
 from vaecf.data.splits import SPLITS, matrix_names
 from vaecf.io import read_manifest
 
-pytestmark = pytest.mark.usefixtures("spark")
+# a JVM on 2 cores: the session's start (15 s at a load of 15) is the first test's setup, and
+# one query plan can take 30 s there
+pytestmark = [pytest.mark.usefixtures("spark"), pytest.mark.slow]
 
 
 def _ratings(seed: int = 0) -> pd.DataFrame:

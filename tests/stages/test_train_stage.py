@@ -139,6 +139,7 @@ TIMING_FIELDS = {"epoch_seconds", "users_per_second", "input_seconds", "input_sh
                  "peak_rss_bytes"}
 
 
+@pytest.mark.slow  # two vaecf train processes
 def test_rerun_differs_only_in_the_timing_fields_the_docs_name(synthetic_split,
                                                               tmp_path: Path) -> None:
     """Two runs as a user reruns the stage: separate processes (within one process,
@@ -330,6 +331,7 @@ STOPPABLE = ["--epochs", "4", "--steps-per-epoch", "150", "--batch-size", "100",
              "64", "--latent", "16", "--validate-every", "4"]
 
 
+@pytest.mark.slow  # a vaecf train process
 def test_log_in_a_pipe_has_one_line_per_epoch_and_no_banner(synthetic_split,
                                                             tmp_path: Path) -> None:
     """Issue 13: progress lines were printed twice and TensorFlow's banners leaked. Also the
@@ -365,6 +367,7 @@ def test_log_in_a_pipe_has_one_line_per_epoch_and_no_banner(synthetic_split,
     assert len(progress) == 1 and "(100%" in progress[0], out
 
 
+@pytest.mark.slow  # vaecf train processes, one stopped by SIGTERM
 def test_sigterm_checkpoints_the_epoch_and_a_rerun_resumes_the_same_run(
         synthetic_split, tmp_path: Path) -> None:
     split = synthetic_split(n_users=600, n_items=300, seed=0)
@@ -498,6 +501,7 @@ def test_model_too_large_is_refused_before_allocating(synthetic_split, tmp_path:
     assert not (tmp_path / "model-checkpoints").exists()
 
 
+@pytest.mark.slow  # a vaecf train process stopped by SIGINT
 def test_ctrl_c_stops_like_sigterm_without_a_traceback(synthetic_split, tmp_path: Path) -> None:
     split = synthetic_split(n_users=600, n_items=300, seed=0)
     process = run_cli("train", "--split", split, "--output", tmp_path / "model", *STOPPABLE)
@@ -530,6 +534,7 @@ def test_ctrl_c_before_the_first_epoch_is_one_line_too(synthetic_split, tmp_path
     assert not (tmp_path / "model").exists()
 
 
+@pytest.mark.slow  # vaecf train processes, one killed
 def test_tensorflow_temp_files_of_a_killed_run_are_swept(synthetic_split,
                                                          tmp_path: Path) -> None:
     """autograph writes ``__autograph_generated_file*.py`` into $TMPDIR and removes them only

@@ -16,6 +16,8 @@ from vaecf.io import read_manifest
 SPACE = {"beta_cap": [0.0, 0.3], "learning_rate": [0.003], "dropout": [0.5],
          "hidden": [32], "latent": [8], "epochs": [2, 3]}
 assert_failed = partial(stage_checks.assert_failed, "tune")
+# the module's fixture trains 3 trials (63 s of the first test's setup at a load of 15)
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
