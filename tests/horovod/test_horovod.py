@@ -229,7 +229,9 @@ def test_shard_items_trains_the_model_the_data_parallel_run_trains(synthetic_spl
         if value.dtype == object:  # the raw item ids
             assert ours[name].tolist() == value.tolist(), name
         else:
-            np.testing.assert_allclose(ours[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+            # Adam divides by the root of the squared gradient: a weight whose gradients are
+            # near zero moves by a rounding's share of a whole step (lr 1e-3), seen 2.3e-6
+            np.testing.assert_allclose(ours[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 def test_shard_items_weights_do_not_depend_on_the_steps_per_call(synthetic_split,
