@@ -549,3 +549,14 @@ def test_tensorflow_temp_files_of_a_killed_run_are_swept(synthetic_split,
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert list(tmp.iterdir()) == []  # the dead run's folder swept, the new one removed
+
+
+@pytest.mark.parametrize("flag", ["--patience", "--max-epochs"])
+def test_early_stopping_flags_with_a_fixed_epoch_count_are_refused(synthetic_split,
+                                                                   tmp_path: Path, cli,
+                                                                   flag: str) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = cli("train", "--split", synthetic_split(), "--output", tmp_path / "model",
+                         *SMALL, "--epochs", "3", flag, "5")
+    assert (code, err) == (1, f"vaecf train: error: {flag} 5: applies only without --epochs "
+                              "(--epochs 3 trains exactly that many epochs)\n")
+    assert "training on" not in out and not list(tmp_path.iterdir())
