@@ -135,3 +135,21 @@ def test_the_kl_weight_of_the_kept_epoch() -> None:
     assert beta_at_best_epoch(manifest) == 0.2
     manifest["parameters"]["kl_per_item"] = 0.005
     assert beta_at_best_epoch(manifest) is None
+
+
+@pytest.mark.parametrize("stop", [VaecfError("stopped by SIGINT after epoch 2 (step 8); rerun "
+                                             "to resume from its checkpoint"),
+                                  KeyboardInterrupt()])
+def test_a_tune_stopped_in_a_trial_says_nothing_is_kept(tmp_path, monkeypatch, stop) -> None:
+    import vaecf.train.run
+    from vaecf.tuning.local import run_trials
+
+    def train(config) -> None:
+        raise stop
+
+    monkeypatch.setattr(vaecf.train.run, "train", train)
+    with pytest.raises(VaecfError) as raised:
+        run_trials("split", tmp_path / "trials", tmp_path / "scratch", [{"hidden": 8}], {})
+    assert str(raised.value).startswith("stopped by SIGINT")
+    assert "in trial 0;" in str(raised.value) and "are not kept" in str(raised.value)
+    assert "rerun to resume" not in str(raised.value)
