@@ -116,7 +116,8 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
               item_column: Optional[str] = None,  # noqa: UP045
               value_column: Optional[str] = None,  # noqa: UP045
               value_kind: Optional[str] = None,  # noqa: UP045
-              protocol: str = "mission", seed: str = "98765", epochs: str = "50",
+              protocol: str = "mission", seed: str = "98765", epochs: str = "0",
+              patience: str = "20", max_epochs: str = "200",
               batch_per_rank: str = "1024", lr_scaling: str = "sqrt",
               precision: str = "mixed_bfloat16", xla: str = "true", workers: str = "2",
               gpus_per_worker: str = "1", compression: str = "none",
@@ -148,6 +149,7 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
                         run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, train_image=train_image,
                         s3_bucket=s3_bucket, s3_prefix=s3_prefix, workers=workers,
                         gpus_per_worker=gpus_per_worker, epochs=epochs,
+                        patience=patience, max_epochs=max_epochs,
                         batch_per_rank=batch_per_rank, lr_scaling=lr_scaling,
                         precision=precision, xla=xla, seed=seed, compression=compression,
                         nccl_debug=nccl_debug, s3_secret=s3_secret)

@@ -29,13 +29,16 @@ from pipelines.vaecf_pipeline import (
     use_s3_credentials,
 )
 
-# `vaecf tune`'s default: its default space's whole 8-point grid (vaecf.tuning.space.DEFAULT_SPACE,
+# `vaecf tune`'s default trials (vaecf.tuning.space.search of DEFAULT_SPACE with --trials 8,
 # in its order; a test keeps the two equal), written out so that compiling needs only kfp.
-# ``anneal_steps`` null: train's default (the cap at the last step).
+# Trial 0 is `vaecf train`'s defaults, the reference the fan-in keeps unless the best trial
+# leads it by more than the paired standard error on the validation users. No trial gives
+# epochs: each stops early, as the train step does with its default epochs "0".
 DEFAULT_TRIALS = [json.dumps(trial, sort_keys=True) for trial in (
-    {"beta_cap": beta_cap, "anneal_steps": anneal_steps, "learning_rate": learning_rate,
-     "dropout": 0.3, "epochs": 50}
-    for beta_cap in (0.1, 0.2) for anneal_steps in (None, 0) for learning_rate in (3e-4, 1e-3))]
+    {"hidden": hidden, "kl_per_item": kl_per_item, "learning_rate": learning_rate}
+    for hidden, kl_per_item, learning_rate in (
+        (600, None, 1e-3), (600, None, 5e-4), (600, 0.005, 5e-4), (600, 0.005, 1e-3),
+        (1200, None, 5e-4), (1200, 0.005, 5e-4), (1200, None, 1e-3), (1200, 0.005, 1e-3)))]
 PARALLELISM = 3  # trials at once: each holds workers x GPUs for its whole run
 
 

@@ -13,7 +13,8 @@ from components.images import DEFAULT
 @dsl.container_component
 def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image: str,
           s3_bucket: str, s3_prefix: str, workers: str = "2", gpus_per_worker: str = "1",
-          epochs: str = "100", batch_per_rank: str = "1024", lr_scaling: str = "sqrt",
+          epochs: str = "0", patience: str = "20", max_epochs: str = "200",
+          batch_per_rank: str = "1024", lr_scaling: str = "sqrt",
           precision: str = "mixed_bfloat16", xla: str = "true", seed: str = "98765",
           compression: str = "none",
           nccl_debug: str = "WARN", s3_secret: str = "vaecf-s3",
@@ -37,7 +38,11 @@ def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image:
         defaults were the fastest measured on one H100 (README, "Results").
       compression: gradient allreduce format, none or fp16 (for workers on several hosts).
       nccl_debug: NCCL_DEBUG of every rank (INFO names the transport NCCL chose).
-      workers, gpus_per_worker, epochs, batch_per_rank, seed: decimal integers as text, so
+      epochs: "0" (the default) trains until the validation NDCG@100 has not improved for
+        ``patience`` epochs, at most ``max_epochs`` (``vaecf train`` without ``--epochs``);
+        N > 0 trains exactly N epochs.
+      workers, gpus_per_worker, epochs, patience, max_epochs, batch_per_rank, seed: decimal
+        integers as text, so
         that `kfp run submit key=value` can set them; `vaecf launch-mpijob` parses and checks
         them.
       timeout_seconds: the job is deleted and the step fails after this long.
@@ -51,7 +56,8 @@ def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image:
               "--store", dsl.ConcatPlaceholder(["s3://", s3_bucket, "/", s3_prefix]),
               "--run-id", run_id, "--image", train_image,
               "--workers", workers, "--gpus-per-worker", gpus_per_worker,
-              "--epochs", epochs, "--batch-per-rank", batch_per_rank,
+              "--epochs", epochs, "--patience", patience, "--max-epochs", max_epochs,
+              "--batch-per-rank", batch_per_rank,
               "--lr-scaling", lr_scaling, "--precision", precision, "--xla", xla,
               "--seed", seed,
               "--compression", compression, "--nccl-debug", nccl_debug,

@@ -26,6 +26,8 @@ from vaecf.cli import build_parser
 from vaecf.errors import VaecfError
 from vaecf.k8s import render
 from vaecf.stages import MAX_SEED, kfp_report
+from vaecf.stages.launch_mpijob import params_from_args
+from vaecf.train.config import DEFAULT_MAX_EPOCHS, DEFAULT_PATIENCE
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).with_name("vaecf_pipeline.golden.yaml")
@@ -161,8 +163,14 @@ def test_every_flag_parses_with_the_real_cli(compiled, task) -> None:
     if task == "train":
         assert (args.store, args.run_id, args.workers, args.gpus_per_worker) == (
             "s3://vaecf/runs", RUN_ID, 2, 1)
-        assert (args.epochs, args.precision, args.secret_name) == (50, "mixed_bfloat16",
+        assert (args.epochs, args.precision, args.secret_name) == (0, "mixed_bfloat16",
                                                                    "vaecf-s3")
+        # epochs 0: the MPIJob trains as `vaecf train` does without --epochs (stops early)
+        assert (args.patience, args.max_epochs) == (DEFAULT_PATIENCE, DEFAULT_MAX_EPOCHS)
+        train_line = render.train_command(params_from_args(args))
+        assert "--epochs" not in train_line
+        assert train_line[train_line.index("--patience") + 1] == str(DEFAULT_PATIENCE)
+        assert train_line[train_line.index("--max-epochs") + 1] == str(DEFAULT_MAX_EPOCHS)
         # the GPU step's measured defaults (README "Results"), the MPIJob's as well
         assert (args.precision, args.xla == "true") == (render.MPIJobParams.precision,
                                                         render.MPIJobParams.xla)
@@ -206,6 +214,7 @@ def test_a_table_datasets_columns_reach_download_as_its_flags(compiled) -> None:
 
 @pytest.mark.parametrize("task, name", [("download", "seed"), ("split", "seed"),
                                         ("train", "seed"), ("train", "epochs"),
+                                        ("train", "patience"), ("train", "max_epochs"),
                                         ("train", "batch_per_rank"), ("train", "workers"),
                                         ("train", "gpus_per_worker")])
 def test_a_number_parameter_given_as_text_is_checked_by_the_stage(compiled, task, name,

@@ -20,7 +20,7 @@ from fake_kfp_api import FakeKfp, serve
 from pipelines.vaecf_sweep import DEFAULT_TRIALS, PARALLELISM, compile_sweep, load_trials
 from vaecf.cli import build_parser
 from vaecf.stages.tune import collected_paths
-from vaecf.tuning.space import DEFAULT_SPACE, parse_trial, trials
+from vaecf.tuning.space import DEFAULT_SPACE, parse_trial, search, trials
 
 ROOT = Path(__file__).resolve().parents[2]
 KFP = Path(sys.executable).with_name("kfp")
@@ -73,9 +73,10 @@ def test_the_dag_fans_out_over_the_trials_and_in_to_one_test(compiled) -> None:
     assert collected["models"]["isArtifactList"] and collected["evaluations"]["isArtifactList"]
 
 
-def test_the_default_trials_are_vaecf_tunes_default_grid() -> None:
+def test_the_default_trials_are_vaecf_tunes_default_trials() -> None:
     points = [parse_trial(text, "trial") for text in DEFAULT_TRIALS]  # each a valid point
-    assert points == trials(DEFAULT_SPACE, 1000, seed=0)  # the whole grid, in order
+    assert points == search(DEFAULT_SPACE, 8, seed=0)  # train's defaults first, in order
+    assert len(points) == len(trials(DEFAULT_SPACE, 1000, seed=0))  # the whole grid
 
 
 def test_each_step_passes_flags_its_cli_accepts(compiled) -> None:

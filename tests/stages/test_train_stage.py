@@ -569,3 +569,14 @@ def test_steps_per_call_out_of_its_range_is_refused(synthetic_split, tmp_path: P
                      "call's statistics buffer)")
     assert code != 0 and len(err.strip().splitlines()) == 1 and expected in err
     assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.parametrize("flag", ["--patience", "--max-epochs"])
+def test_early_stopping_flags_with_a_fixed_epoch_count_are_refused(synthetic_split,
+                                                                   tmp_path: Path, cli,
+                                                                   flag: str) -> None:  # type: ignore[no-untyped-def]
+    code, out, err = cli("train", "--split", synthetic_split(), "--output", tmp_path / "model",
+                         *SMALL, "--epochs", "3", flag, "5")
+    assert (code, err) == (1, f"vaecf train: error: {flag} 5: applies only without --epochs "
+                              "(--epochs 3 trains exactly that many epochs)\n")
+    assert "training on" not in out and not list(tmp_path.iterdir())

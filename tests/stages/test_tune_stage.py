@@ -30,7 +30,7 @@ def tuned_run(synthetic_split, tmp_path_factory: pytest.TempPathFactory):  # typ
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         code = main(["tune", "--split", str(split), "--output", str(out), "--space",
                      json.dumps(SPACE), "--trials", "3", "--seed", "5", "--batch-size", "100",
-                     "--baselines", "popularity"])
+                     "--max-epochs", "3", "--baselines", "popularity"])
     assert code == 0
     return split, out, printed.getvalue()
 
@@ -40,13 +40,28 @@ def tuned(tuned_run):  # type: ignore[no-untyped-def]
     return tuned_run[:2]
 
 
-def chosen(records: list[dict]) -> dict:
+def candidate(records: list[dict]) -> dict:
     """The rule, restated: the highest val NDCG@100 unless a trial within its standard error
-    is simpler (here, the space varies only the epochs among options of simplicity)."""
+    is simpler (here, the space varies only the epochs among options of simplicity; trial 0
+    stops early, its epochs null, counted as 0), then the widest layers last."""
     top = max(records, key=lambda r: r["val"]["ndcg_at_100"])
     close = [r for r in records if r["val"]["ndcg_at_100"]
              >= top["val"]["ndcg_at_100"] - top["val_stderr"]["ndcg_at_100"]]
-    return min(close, key=lambda r: (r["params"]["epochs"], -r["val"]["ndcg_at_100"]))
+    return min(close, key=lambda r: (r["params"]["epochs"] or 0, r["params"]["hidden"],
+                                     -r["val"]["ndcg_at_100"]))
+
+
+def chosen(records: list[dict], choice: dict) -> dict:
+    """Trial 0 (train's defaults) unless the candidate leads it by more than the paired
+    standard error on the validation users (recorded in the tune's manifest)."""
+    best = candidate(records)
+    assert choice["candidate"] == best["trial"] and choice["reference"] == 0
+    if best["trial"] == 0:
+        assert choice["paired"] is None
+        return best
+    paired = choice["paired"]
+    assert paired["users"] > 0 and paired["stderr"] > 0
+    return best if paired["delta"] > paired["stderr"] else records[0]
 
 
 def read_trials(out: Path) -> list[dict]:
@@ -54,11 +69,11 @@ def read_trials(out: Path) -> list[dict]:
 
 
 def test_every_trial_is_recorded_and_only_the_best_is_tested(tuned) -> None:
-    from vaecf.tuning.space import trials
+    from vaecf.tuning.space import search
 
     _, out = tuned
     records = read_trials(out)
-    expected = trials(SPACE, 3, 5)
+    expected = search(SPACE, 3, 5)
     assert len(records) == 3 and [r["trial"] for r in records] == [0, 1, 2]
     for entry, trial in zip(records, expected, strict=True):
         model = read_manifest(out / entry["model"], "train")
@@ -67,8 +82,10 @@ def test_every_trial_is_recorded_and_only_the_best_is_tested(tuned) -> None:
         assert entry["val"] == model["best_val"] and entry["best_epoch"] == model["best_epoch"]
         assert entry["val_stderr"] == model["best_val_stderr"]
         assert 0.0 < entry["val_stderr"]["ndcg_at_100"] < 0.1
-        assert entry["epochs"] == trial["epochs"] and 1 <= entry["best_epoch"] <= trial["epochs"]
-    best = chosen(records)
+        epochs = trial["epochs"] or 3  # trial 0, train's defaults: stops early, at most 3
+        assert entry["epochs"] == epochs and 1 <= entry["best_epoch"] <= epochs
+    assert records[0]["params"]["hidden"] == 600 and records[0]["params"]["epochs"] is None
+    best = chosen(records, read_manifest(out, "tune")["choice"])
     assert [r["best"] for r in records] == [r is best for r in records]
     metrics = json.loads((out / "test" / "metrics.json").read_text())
     # named where the model is published, not the staging folder it was read from
@@ -78,7 +95,8 @@ def test_every_trial_is_recorded_and_only_the_best_is_tested(tuned) -> None:
     assert (out / best["model"] / "saved_model").is_dir()
     assert set(metrics["baselines"]) == {"popularity"}
     manifest = read_manifest(out, "tune")
-    assert manifest["best"]["trial"] == best["trial"]
+    assert manifest["best"]["trial"] == best["trial"] == manifest["choice"]["chosen"]
+    assert manifest["parameters"]["rule"].startswith("trial 0 (train's defaults) is kept")
     assert manifest["test"]["ndcg_at_100"] == metrics["ndcg_at_100"]
     assert not any(p.name.startswith("scratch") for p in out.parent.iterdir())
 
@@ -90,13 +108,12 @@ def test_the_log_numbers_trials_from_0_writes_null_and_prints_the_baselines(tune
     assert "tune: trial 0 of trials 0-2 (trial-000)" in printed
     assert "tune: trial 2 of trials 0-2 (trial-002)" in printed and "3/3" not in printed
     assert "anneal_steps" not in printed or "None" not in printed
-    assert "chosen by validation NDCG@100, the simplest trial within one standard error" in (
-        printed)
+    assert "trial 0 (train's defaults) is kept unless the best trial" in printed
     assert f"tune: trial {best['trial']} on the test users: ndcg_at_100 " in printed
     assert "tune: popularity on the same users: ndcg_at_100 " in printed
     assert "(paired z " in printed and "--batch-users" not in printed
     assert ".tune.staging" not in printed.split("evaluating it on the test users")[1]
-    assert "kept epoch" in printed and "of beta_cap 0.3" in printed
+    assert "kept epoch" in printed and "of beta_cap 0.2" in printed
 
 
 def test_the_kfp_fan_in_picks_the_same_best_from_val_evaluations(tuned, cli, tmp_path: Path  # type: ignore[no-untyped-def]
@@ -131,12 +148,13 @@ def test_report_shows_every_trial(tuned, cli, tmp_path: Path) -> None:  # type: 
     assert code == 0, err
     data = json.loads((tmp_path / "report" / "report.json").read_text())
     # anneal_steps varies too: train resolves its default from the epochs and the cap
-    assert data["tuning"]["searched"] == ["anneal_steps", "beta_cap", "epochs"]
+    assert data["tuning"]["searched"] == ["anneal_steps", "beta_cap", "epochs", "hidden",
+                                          "latent", "learning_rate"]
     assert len(data["tuning"]["trials"]) == 3
     markdown = (tmp_path / "report" / "report.md").read_text()
     best = next(r for r in read_trials(out) if r["best"])
     assert f"| {best['trial']} (best) |" in markdown
-    assert "Tuning: the best of 3 trials by validation NDCG@100" in markdown
+    assert "Tuning: the chosen of 3 trials is trial" in markdown
     assert markdown.count("data:image/png") == 0  # plots go to the HTML only
     assert "Validation NDCG@100 of every trial" in (tmp_path / "report" / "report.html"
                                                     ).read_text()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from vaecf.errors import VaecfError
-from vaecf.tuning.space import DEFAULT_SPACE, load_space, train_flags, trials
-from vaecf.tuning.trials import mark_best
+from vaecf.tuning.space import DEFAULT_SPACE, load_space, search, train_flags, trials
+from vaecf.tuning.trials import best_of, choose
 
 
 def test_a_small_grid_is_taken_whole_in_order() -> None:
@@ -30,6 +31,45 @@ def test_the_default_space_is_the_grid_the_default_trials_take_whole() -> None:
     assert grid == trials(DEFAULT_SPACE, 8, seed=1)  # a whole grid: no sample, no seed
 
 
+def test_the_search_starts_with_train_defaults_whatever_the_sample() -> None:
+    from vaecf.train.config import TrainConfig
+
+    grid = search(DEFAULT_SPACE, 8, seed=0)
+    reference = {"hidden": TrainConfig.hidden, "learning_rate": TrainConfig.learning_rate,
+                 "kl_per_item": TrainConfig.kl_per_item}
+    assert grid[0] == reference and len(grid) == 8 == len({tuple(t.values()) for t in grid})
+    assert sorted(map(str, grid)) == sorted(map(str, trials(DEFAULT_SPACE, 8, seed=0)))
+    # a sample of a grid that may not hold the defaults: still first, and counted
+    space = {"beta_cap": [0.1, 0.3, 0.4], "dropout": [0.1, 0.3], "epochs": [None, 20, 50]}
+    for seed in range(4):
+        drawn = search(space, 3, seed=seed)
+        assert drawn[0] == {"beta_cap": 0.2, "dropout": 0.5, "epochs": None}
+        assert len(drawn) == 3 and drawn[0] not in drawn[1:]
+
+
+def records_of(*ndcgs: float) -> list[dict]:
+    return [{"trial": i, "val": {"ndcg_at_100": v}, "val_stderr": {"ndcg_at_100": 0.001},
+             "params": {}} for i, v in enumerate(ndcgs)]
+
+
+def test_the_best_replaces_train_defaults_only_beyond_the_paired_standard_error() -> None:
+    # per-user validation NDCG@100 of 4 users; trial 2 is the best by its mean
+    users = {0: np.array([0.30, 0.10, 0.50, 0.20]), 1: np.array([0.29, 0.10, 0.49, 0.20]),
+             2: np.array([0.60, 0.00, 0.50, 0.02])}  # +0.005 on average, but noisy
+    records = records_of(0.275, 0.27, 0.28)
+    chosen, decision = choose(records, lambda r: users[r["trial"]])
+    assert chosen["trial"] == 0 and [r["best"] for r in records] == [True, False, False]
+    assert decision["candidate"] == 2 and decision["chosen"] == 0
+    assert decision["paired"]["delta"] == pytest.approx(0.005)
+    assert decision["paired"]["stderr"] > 0.005
+    users[2] = users[0] + np.array([0.01, 0.02, 0.01, 0.02])  # a steady lead: it replaces
+    chosen, decision = choose(records, lambda r: users[r["trial"]])
+    assert chosen["trial"] == 2 == decision["chosen"] and records[2]["best"]
+    records = records_of(0.30, 0.29)  # the defaults are the best: nothing to compare
+    chosen, decision = choose(records, lambda r: 1 / 0)
+    assert chosen["trial"] == 0 and decision["paired"] is None
+
+
 def test_train_flags_skip_a_null_anneal_schedule() -> None:
     assert train_flags({"beta_cap": 0.3, "anneal_steps": None, "epochs": 20}) == [
         "--beta-cap", "0.3", "--epochs", "20"]
@@ -48,8 +88,7 @@ def test_bad_spaces_are_refused(text: str, message: str) -> None:
 
 def test_the_best_is_the_highest_validation_ndcg_first_of_equals() -> None:
     records = [{"trial": i, "val": {"ndcg_at_100": v}} for i, v in enumerate([0.2, 0.3, 0.3])]
-    assert mark_best(records)["trial"] == 1
-    assert [r["best"] for r in records] == [False, True, False]
+    assert best_of(records)["trial"] == 1
 
 
 def test_train_flags_and_descriptions_of_the_options() -> None:
@@ -76,11 +115,11 @@ def test_a_lead_within_one_standard_error_goes_to_the_simpler_trial() -> None:
                record(1, 0.295, 0.01),  # within noise of trial 0 and simpler: chosen
                record(2, 0.285, 0.01, epochs=20),  # simpler still, but not within noise
                record(3, 0.296, 0.01, alternate=3)]
-    assert mark_best(records)["trial"] == 1
+    assert best_of(records)["trial"] == 1
     records[0]["val"]["ndcg_at_100"] = 0.320  # a lead beyond noise keeps the complex trial
-    assert mark_best(records)["trial"] == 0
+    assert best_of(records)["trial"] == 0
     records = [record(0, 0.300, None, alternate=3), record(1, 0.299, None)]
-    assert mark_best(records)["trial"] == 0  # no standard error recorded: the highest
+    assert best_of(records)["trial"] == 0  # no standard error recorded: the highest
 
 
 def test_the_kl_weight_of_the_kept_epoch() -> None:
@@ -96,3 +135,21 @@ def test_the_kl_weight_of_the_kept_epoch() -> None:
     assert beta_at_best_epoch(manifest) == 0.2
     manifest["parameters"]["kl_per_item"] = 0.005
     assert beta_at_best_epoch(manifest) is None
+
+
+@pytest.mark.parametrize("stop", [VaecfError("stopped by SIGINT after epoch 2 (step 8); rerun "
+                                             "to resume from its checkpoint"),
+                                  KeyboardInterrupt()])
+def test_a_tune_stopped_in_a_trial_says_nothing_is_kept(tmp_path, monkeypatch, stop) -> None:
+    import vaecf.train.run
+    from vaecf.tuning.local import run_trials
+
+    def train(config) -> None:
+        raise stop
+
+    monkeypatch.setattr(vaecf.train.run, "train", train)
+    with pytest.raises(VaecfError) as raised:
+        run_trials("split", tmp_path / "trials", tmp_path / "scratch", [{"hidden": 8}], {})
+    assert str(raised.value).startswith("stopped by SIGINT")
+    assert "in trial 0;" in str(raised.value) and "are not kept" in str(raised.value)
+    assert "rerun to resume" not in str(raised.value)

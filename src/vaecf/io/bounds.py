@@ -68,6 +68,8 @@ BOUNDS: dict[str, Bound] = {
     "--heldout-users": Bound(1, COUNT, "int32 user indices"),
     # training: train, tune, demo, benchmark, launch-mpijob
     "--epochs": Bound(1, EPOCHS, "a million passes over the users"),
+    "--patience": Bound(1, EPOCHS, "a million passes over the users"),
+    "--max-epochs": Bound(1, EPOCHS, "a million passes over the users"),
     "--steps-per-call": Bound(0, STEPS_PER_CALL, "the rows of a call's statistics buffer"),
     "--batch-size": Bound(1, COUNT, "int32 user indices"),
     "--batch-sizes": Bound(1, COUNT, "int32 user indices"),

@@ -56,7 +56,8 @@ def _trial_spec(template: dict[str, Any], split_uri: str, store: str) -> dict[st
         image=str(render.container(template["spec"], "Launcher")["image"]),
         split_uri=split_uri, model_uri=f"{store}/{trial}/model",
         checkpoint_uri=f"{store}/{trial}/checkpoints",
-        tensorboard_uri=f"{store}/{trial}/tensorboard", train_flags=tuple(flags))
+        tensorboard_uri=f"{store}/{trial}/tensorboard", train_flags=tuple(flags),
+        epochs=1)  # a fixed count, the searched placeholder below
     job = render.render(template, params)
     job["metadata"].pop("name")  # Katib names the job after the trial, in its namespace
     job["metadata"].pop("namespace")

@@ -19,6 +19,7 @@ from vaecf.errors import VaecfError
 from vaecf.io.readers import read_text
 from vaecf.io.storage import is_s3, split_s3
 from vaecf.k8s import job
+from vaecf.train.config import DEFAULT_MAX_EPOCHS, DEFAULT_PATIENCE
 from vaecf.train.scaling import LR_RULES, scaled_learning_rate
 
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
@@ -79,7 +80,9 @@ class MPIJobParams:
     workers: int = 2
     gpus_per_worker: int = 1
     slots_per_worker: int = 1
-    epochs: int = 100
+    epochs: int | None = None  # None: stop early (``patience``, at most ``max_epochs``)
+    patience: int = DEFAULT_PATIENCE
+    max_epochs: int = DEFAULT_MAX_EPOCHS
     batch_per_rank: int = BATCH_PER_RANK
     lr_scaling: str = LR_SCALING
     # Measured on one H100 (2026-11-26, README "Results"): mixed_bfloat16 under --xla was the
@@ -161,7 +164,9 @@ def validate(params: MPIJobParams) -> None:
         (params.gpus_per_worker in (0, params.slots_per_worker),
          f"--slots-per-worker {params.slots_per_worker}: must equal --gpus-per-worker "
          f"{params.gpus_per_worker} (one Horovod rank per GPU)"),
-        (params.epochs >= 1, f"--epochs {params.epochs}: expected >= 1"),
+        ((params.epochs is None or params.epochs >= 1), f"--epochs {params.epochs}: expected >= 1"),
+        (params.patience >= 1, f"--patience {params.patience}: expected >= 1"),
+        (params.max_epochs >= 1, f"--max-epochs {params.max_epochs}: expected >= 1"),
         (params.batch_per_rank >= 1, f"--batch-per-rank {params.batch_per_rank}: expected >= 1"),
         (params.lr_scaling in LR_RULES,
          f"--lr-scaling {params.lr_scaling!r}: expected one of {', '.join(LR_RULES)}"),
@@ -227,7 +232,8 @@ def train_command(params: MPIJobParams) -> list[str]:
         "--split", params.split_uri,
         "--output", params.model_uri,
         "--checkpoint-dir", params.checkpoint_uri,
-        "--epochs", str(params.epochs),
+        *(["--patience", str(params.patience), "--max-epochs", str(params.max_epochs)]
+          if params.epochs is None else ["--epochs", str(params.epochs)]),
         "--batch-size", str(params.batch_size),
         *([] if searched else ["--learning-rate", str(params.learning_rate)]),
         "--precision", params.precision,

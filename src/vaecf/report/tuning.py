@@ -12,7 +12,7 @@ from typing import Any
 
 from vaecf.report import plots
 from vaecf.report.document import Figure, Section, Table, fmt
-from vaecf.tuning.trials import OBJECTIVE, VAL_KEYS, best_of
+from vaecf.tuning.trials import CHOICE_RULE, OBJECTIVE, VAL_KEYS, best_of
 
 LABELS = {"ndcg_at_100": "val NDCG@100", "recall_at_20": "val Recall@20",
           "recall_at_50": "val Recall@50"}
@@ -22,7 +22,8 @@ def analyse(trials: list[dict[str, Any]]) -> dict[str, Any]:
     """The trials as recorded, the searched names (values that differ) and the best trial."""
     names = sorted({k for t in trials for k in t["params"]})
     searched = [k for k in names if len({repr(t["params"].get(k)) for t in trials}) > 1]
-    best = best_of(trials)
+    # the trial the tune chose (flagged in trials.jsonl), else the rule's candidate
+    best = next((t for t in trials if t.get("best")), None) or best_of(trials)
     return {"trials": trials, "searched": searched, "best": best}
 
 
@@ -30,11 +31,11 @@ def verdict(tuning: dict[str, Any]) -> list[str]:
     best, trials = tuning["best"], tuning["trials"]
     values = [t["val"][OBJECTIVE] for t in trials]
     settings = ", ".join(f"{k} {json.dumps(best['params'].get(k))}" for k in tuning["searched"])
-    return [f"Tuning: the best of {len(trials)} trials by validation NDCG@100 is trial "
+    return [f"Tuning: the chosen of {len(trials)} trials is trial "
             f"{best.get('trial')} ({settings or 'no setting varied'}): "
             f"{_with_error(best, OBJECTIVE)}; the highest {fmt(max(values))}, the worst "
-            f"{fmt(min(values))} (chosen: the simplest trial within one standard error of the "
-            "highest); only the chosen trial was evaluated on the test users."]
+            f"{fmt(min(values))} (chosen: {CHOICE_RULE}); only the chosen trial was evaluated "
+            "on the test users."]
 
 
 def _with_error(trial: dict[str, Any], key: str) -> str:

@@ -39,7 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpus-per-worker", type=int, default=1)
     parser.add_argument("--slots-per-worker", type=int,
                         help="Horovod ranks per worker (default: GPUs per worker, at least 1)")
-    parser.add_argument("--epochs", type=int, default=100)
+    parser.add_argument("--epochs", type=int, default=0,
+                        help="train exactly this many epochs (0: stop early, as vaecf train "
+                             "without --epochs) [default: %(default)s]")
+    parser.add_argument("--patience", type=int, default=render.MPIJobParams.patience,
+                        help="with --epochs 0: stop once the validation NDCG@100 has not "
+                             "improved for this many epochs [default: %(default)s]")
+    parser.add_argument("--max-epochs", type=int, default=render.MPIJobParams.max_epochs,
+                        help="with --epochs 0: stop here at the latest [default: %(default)s]")
     parser.add_argument("--batch-per-rank", type=int, default=render.BATCH_PER_RANK,
                         help="users per step on each rank (one rank per GPU); the global "
                              "batch is this x workers x slots per worker")
@@ -78,7 +85,7 @@ def params_from_args(args: argparse.Namespace) -> render.MPIJobParams:
     name = render.job_name(args.run_id)
     store = args.store.rstrip("/")  # an s3:// prefix (its role, checked before the stage runs)
     trial = parse_trial(args.hyperparameters, "--hyperparameters")
-    epochs = trial.pop("epochs", args.epochs)
+    epochs = trial.pop("epochs", args.epochs) or None  # 0: stop early
     return render.MPIJobParams(
         name=name, namespace=args.namespace or client.current_namespace(), run_id=args.run_id,
         image=args.image,
@@ -86,7 +93,8 @@ def params_from_args(args: argparse.Namespace) -> render.MPIJobParams:
         model_uri=f"{store}/{name}/model", checkpoint_uri=f"{store}/{name}/checkpoints",
         workers=args.workers, gpus_per_worker=args.gpus_per_worker,
         slots_per_worker=args.slots_per_worker or max(1, args.gpus_per_worker),
-        epochs=epochs, batch_per_rank=args.batch_per_rank, lr_scaling=args.lr_scaling,
+        epochs=epochs, patience=args.patience, max_epochs=args.max_epochs,
+        batch_per_rank=args.batch_per_rank, lr_scaling=args.lr_scaling,
         precision=args.precision, seed=args.seed, xla=args.xla == "true",
         compression=args.compression,
         nccl_debug=args.nccl_debug, secret_name=args.secret_name,

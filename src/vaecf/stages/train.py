@@ -11,6 +11,8 @@ from vaecf.stages import finite_non_negative, finite_positive, location, new_par
 from vaecf.train.config import (
     COMPRESSIONS,
     DEFAULT_BATCH_SIZE,
+    DEFAULT_MAX_EPOCHS,
+    DEFAULT_PATIENCE,
     MAX_STEPS_PER_CALL,
     PRECISIONS,
     TrainConfig,
@@ -58,7 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     location(parser, "--checkpoint-dir", Role.CHECKPOINTS, derive=checkpoint_dir,
              help="checkpoints (local or s3://), in a folder of their own; a rerun resumes "
              "from the newest valid one [default: <output>-checkpoints]")
-    add("--epochs", type=_positive, default=20)
+    add("--epochs", type=_positive, help="train exactly this many epochs [default: stop "
+        "early, see --patience]")
+    add("--patience", type=_positive, metavar="EPOCHS",
+        help="without --epochs: stop once the validation NDCG@100 has not improved for this "
+        "many epochs (as Keras' EarlyStopping); the best epoch is exported either way "
+        f"[default: {DEFAULT_PATIENCE}]")
+    add("--max-epochs", type=_positive, help="without --epochs: stop here at the latest "
+        f"(beta's default annealing reaches its cap here) [default: {DEFAULT_MAX_EPOCHS}]")
     add("--batch-size", type=_positive, help="global batch: users per step over all "
         f"processes [default: {DEFAULT_BATCH_SIZE}, or the training users of a smaller split]")
     add("--precision", choices=PRECISIONS, default="fp32",
@@ -140,9 +149,16 @@ def checkpoint_dir(args: argparse.Namespace) -> str:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    if args.epochs is not None:
+        for flag, value in (("--patience", args.patience), ("--max-epochs", args.max_epochs)):
+            if value is not None:
+                raise VaecfError(f"{flag} {value}: applies only without --epochs (--epochs "
+                                 f"{args.epochs} trains exactly that many epochs)")
     return TrainConfig(
         split=args.split, output=args.output, checkpoint_dir=checkpoint_dir(args),
-        epochs=args.epochs, batch_size=args.batch_size or DEFAULT_BATCH_SIZE,
+        epochs=args.epochs, max_epochs=args.max_epochs or DEFAULT_MAX_EPOCHS,
+        patience=args.patience or DEFAULT_PATIENCE,
+        batch_size=args.batch_size or DEFAULT_BATCH_SIZE,
         batch_size_default=args.batch_size is None, precision=args.precision,
         xla=args.xla, learning_rate=args.learning_rate, beta_cap=args.beta_cap,
         anneal_steps=args.anneal_steps, dropout=args.dropout, hidden=args.hidden,

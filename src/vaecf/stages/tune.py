@@ -21,14 +21,24 @@ from typing import Any
 
 from vaecf import log
 from vaecf.baselines import BASELINES, DEFAULT_LAMBDA
+from vaecf.data.splits import load_split
 from vaecf.errors import VaecfError
-from vaecf.io import manifest_name, publish, scratch, write_manifest
+from vaecf.io import manifest_name, open_input, publish, scratch, write_manifest
 from vaecf.io.readers import read_text
 from vaecf.io.roles import Role
 from vaecf.stages import location, new_parser, run_stage, seed
 from vaecf.train.config import PRECISIONS
-from vaecf.tuning.space import DEFAULT_SPACE, SPACE_LIMIT, load_space, trials
-from vaecf.tuning.trials import OBJECTIVE, VAL_KEYS, collect, mark_best, write_trials
+from vaecf.tuning.space import DEFAULT_SPACE, SPACE_LIMIT, load_space, search
+from vaecf.tuning.trials import (
+    CHOICE_RULE,
+    OBJECTIVE,
+    VAL_KEYS,
+    choose,
+    collect,
+    describe_choice,
+    val_per_user,
+    write_trials,
+)
 
 STAGE = "tune"
 
@@ -47,10 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
              "beta_cap, anneal_steps (null: train's default schedule), learning_rate, dropout, "
              "epochs, hidden, latent, and RecVAE's options: kl_per_item (null: off), "
              "composite_prior (true/false), alternate, encoder_layers, implicit_slim_every)")
-    add("--trials", type=int, default=8, help="trials: the whole grid if it has at most "
-        "this many points, else a random sample of it drawn with --seed")
+    add("--trials", type=int, default=8, help="trials: trial 0 is vaecf train's defaults "
+        "(the reference), then the rest of the grid if it has at most this many points, else "
+        "a random sample of it drawn with --seed; the best replaces trial 0 only when it "
+        "leads it on the validation users by more than the paired standard error")
     add("--seed", type=seed, default=0, help="seed of the sample and of every trial's training")
-    add("--epochs", type=int, default=20, help="epochs of every trial unless searched")
+    add("--epochs", type=int, default=None, help="epochs of every trial unless searched "
+        "[default: each trial stops early, as vaecf train without --epochs]")
+    add("--patience", type=int, default=None, help="early stopping's patience of every trial "
+        "(see vaecf train)")
+    add("--max-epochs", type=int, default=None, help="early stopping's cap of every trial "
+        "(see vaecf train)")
     add("--batch-size", type=int, default=None, help="global batch of every trial [default: "
         "train's]")
     add("--precision", choices=PRECISIONS, default="fp32",
@@ -107,14 +124,19 @@ def run(args: argparse.Namespace) -> None:
     args.collect_evaluations = _collected(args, "evaluations")
     collecting = bool(args.collect_models or args.collect_evaluations)
     space = None if collecting else _space(args.space)
-    chosen = [] if space is None else trials(space, args.trials, args.seed)
+    chosen = [] if space is None else search(space, args.trials, args.seed)
     unknown = [name for name in args.baselines if name not in BASELINES]
     if unknown:
         raise VaecfError(f"--baselines: unknown baseline '{unknown[0]}' (one of: "
                          f"{', '.join(BASELINES)})")
-    for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size or 1)):
-        if value < 1:
-            raise VaecfError(f"{flag}: expected a positive integer, got {value}")
+    common = {"epochs": args.epochs, "patience": args.patience, "max_epochs": args.max_epochs,
+              "batch_size": args.batch_size}
+    for name, value in common.items():
+        if value is not None and value < 1:
+            raise VaecfError(f"--{name.replace('_', '-')}: expected a positive integer, got "
+                             f"{value}")
+    if args.epochs is not None and (args.patience or args.max_epochs):
+        raise VaecfError("--patience and --max-epochs apply only without --epochs")
     inputs = [args.split, *(args.collect_models or []), *(args.collect_evaluations or [])]
     with ExitStack() as stack:
         staging = stack.enter_context(publish(args.output, manifest_name(STAGE), inputs))
@@ -123,19 +145,26 @@ def run(args: argparse.Namespace) -> None:
         else:
             from vaecf.tuning.local import run_trials
 
-            base = {"epochs": args.epochs, "precision": args.precision, "seed": args.seed,
-                    **({"batch_size": args.batch_size} if args.batch_size else
-                       {"batch_size_default": True})}
+            base = {"precision": args.precision, "seed": args.seed,
+                    **{k: v for k, v in common.items() if v is not None},
+                    **({} if args.batch_size else {"batch_size_default": True})}
             records = run_trials(args.split, staging / "trials",
                                  stack.enter_context(scratch(staging)), chosen, base)
-        best = mark_best(records)
-        log.info(f"tune: best of {len(records)} trials is trial {best['trial']} (val "
+
+        def where(entry: dict[str, Any]) -> str:
+            """A trial's model as this process reads it (local trials: in the staging)."""
+            return entry["model"] if collecting else str(staging / entry["model"])
+
+        split = load_split(stack.enter_context(open_input(args.split)))
+        best, decision = choose(records, lambda entry: val_per_user(
+            split, stack.enter_context(open_input(where(entry)))))
+        log.info(f"tune: {describe_choice(decision)}")
+        log.info(f"tune: chose trial {best['trial']} of {len(records)} (val "
                  f"{OBJECTIVE} {_with_error(best['val'], best.get('val_stderr'))}; "
                  f"{CHOICE_RULE}); evaluating it on the test users")
         # Local trials are read from the staging folder and named where they are published.
-        model, name = ((str(staging / best["model"]),
-                        f"{args.output.rstrip('/')}/{best['model']}") if not collecting
-                       else (best["model"], best["model"]))
+        model, name = ((where(best), f"{args.output.rstrip('/')}/{best['model']}")
+                       if not collecting else (best["model"], best["model"]))
         test = _evaluate_test(args, model, name, staging / "test")
         for line in result_lines(best, test):
             log.info(line)
@@ -145,13 +174,10 @@ def run(args: argparse.Namespace) -> None:
                                                "evaluations": args.collect_evaluations or []},
                        parameters={"space": space,
                                    "trials": len(records), "seed": args.seed,
-                                   "baselines": list(args.baselines)},
+                                   "baselines": list(args.baselines), "rule": CHOICE_RULE},
                        counts={"trials": len(records)}, started=started,
-                       extra={"best": best, "test": {k: test[k] for k in VAL_KEYS}})
-
-
-CHOICE_RULE = ("chosen by validation NDCG@100, the simplest trial within one standard error "
-               "of the highest")
+                       extra={"best": best, "choice": decision,
+                              "test": {k: test[k] for k in VAL_KEYS}})
 
 
 def _with_error(values: dict[str, float], errors: dict[str, Any] | None,

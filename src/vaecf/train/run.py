@@ -123,6 +123,8 @@ def _write_output(staging: Path, trainer: Trainer, best_weights: list[np.ndarray
         extra={"n_items": trainer.n_items, "split_n_items": split.n_items,
                "split_digest": split.digest,
                "best_epoch": state.best_epoch, "best_val": best["val"],
+               # without --epochs: whether the patience ran out before --max-epochs
+               "stopped_early": state.epoch < config.epoch_cap,
                "best_val_stderr": best.get("val_stderr"),
                "world_size": trainer.runtime.size, "hosts": trainer.runtime.hosts,
                "replica_weight_sha256": digests})

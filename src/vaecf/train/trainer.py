@@ -211,7 +211,9 @@ class Trainer:
     # ---- the loop
 
     def fit(self) -> None:
-        """Train from the current state to ``config.epochs``.
+        """Train from the current state to ``config.epochs``, or until the validation
+        NDCG@100 has not improved for ``config.patience`` epochs (at most
+        ``config.max_epochs``) when ``config.epochs`` is None.
 
         A SIGTERM (Kubernetes stopping the pod) or SIGINT (Ctrl-C) ends the run after the
         current epoch, with a checkpoint (rank 0's, or every rank's shard with
@@ -222,12 +224,15 @@ class Trainer:
 
     def _fit(self, stop: checkpoint.StopRequest) -> None:
         first, saved = True, time.monotonic()
-        for epoch in range(self.state.epoch + 1, self.config.epochs + 1):
+        last = self.config.epoch_cap
+        for epoch in range(self.state.epoch + 1, last + 1):
+            if self._patience_spent(self.state.epoch):  # a resumed run that had stopped
+                break
             with log.summarised():  # in a log, the epoch's one line is ``_describe``
                 record = self._run_epoch(epoch, broadcast_after_first=first)
                 first = False
                 self.state.epoch = epoch
-                validate = epoch % self.config.validate_every == 0 or epoch == self.config.epochs
+                validate = epoch % self.config.validate_every == 0 or epoch == last
                 if validate and (self.runtime.is_chief or self.model.shard is not None):
                     record["val"], record["val_stderr"] = self._validate(epoch)
                 if self.runtime.is_chief:
@@ -239,7 +244,8 @@ class Trainer:
             # rank: all stop after the same epoch, and rank 0's clock says whether a checkpoint
             # is due (sharded, every rank writes its shard or none does).
             signalled = [stop.signal_name] if stop.is_set() else []
-            due = bool(signalled) or self._checkpoint_due(epoch, saved)
+            stopping = validate and self._patience_spent(epoch)
+            due = bool(signalled) or stopping or self._checkpoint_due(epoch, saved)
             views = dist.gather_object((signalled, due), self.runtime)
             signalled = sorted({name for names, _ in views for name in names})
             due = bool(signalled) or views[0][1]
@@ -252,11 +258,29 @@ class Trainer:
                 raise VaecfError(f"stopped by {' and '.join(signalled)} after epoch {epoch} "
                                  f"(step {self.state.step}); rerun to resume from its "
                                  "checkpoint")
+            if stopping:
+                break
+
+    def _patience_spent(self, epoch: int) -> bool:
+        """Early stopping, decided alike on every rank: rank 0's best epoch (rank 0 alone
+        validates unless items are sharded) is broadcast, then ``TrainConfig.patience_spent``.
+        Logs the stop once, on rank 0."""
+        if self.config.epochs is not None or epoch == 0:
+            return False
+        best = self.state.best_epoch
+        if self.model.shard is None:
+            best = dist.broadcast_object(best, self.runtime)
+        spent = self.config.patience_spent(epoch, best)
+        if spent and best is not None and self.runtime.is_chief:
+            log.info(f"early stop after epoch {epoch}: validation ndcg@100 has not improved "
+                     f"for {epoch - best} epochs (--patience {self.config.patience}); best "
+                     f"epoch {best}")
+        return spent
 
     def _checkpoint_due(self, epoch: int, saved: float) -> bool:
         """The last epoch, every ``checkpoint_every`` epochs, or the interval has passed."""
         every = self.config.checkpoint_every
-        return (epoch == self.config.epochs or (every is not None and epoch % every == 0)
+        return (epoch == self.config.epoch_cap or (every is not None and epoch % every == 0)
                 or time.monotonic() - saved >= self.config.checkpoint_interval)
 
     def _run_epoch(self, epoch: int, broadcast_after_first: bool) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vaecf import log
+from vaecf.errors import VaecfError
 from vaecf.io import read_manifest
 from vaecf.tuning.space import describe
 from vaecf.tuning.trials import OBJECTIVE, record
@@ -31,8 +32,8 @@ def run_trials(split: str, directory: Path, scratch: Path, trials: list[dict[str
       directory: where the trials' model directories are published (``trial-NNN``).
       scratch: an empty folder for checkpoints, deleted by the caller.
       trials: hyperparameters per trial (``vaecf.tuning.space.trials``).
-      base: the other ``TrainConfig`` fields, the same for every trial (epochs unless
-        searched, batch size, precision, seed).
+      base: the other ``TrainConfig`` fields, the same for every trial (precision, seed,
+        and those of epochs, patience, max_epochs and batch size the tune was given).
     """
     from vaecf.train.config import TrainConfig
     from vaecf.train.run import train
@@ -45,7 +46,17 @@ def run_trials(split: str, directory: Path, scratch: Path, trials: list[dict[str
                  f"{describe(trial)}")
         config = TrainConfig(split=split, output=str(directory / name),
                              checkpoint_dir=str(scratch / name), **{**base, **trial})
-        train(config)
+        try:
+            train(config)
+        except (VaecfError, KeyboardInterrupt) as err:
+            if isinstance(err, VaecfError) and not str(err).startswith("stopped by"):
+                raise
+            # train's "rerun to resume" is not true here: the trials and their checkpoints
+            # are in the tune's staging folder, which goes with the failed run.
+            what = str(err).split(";")[0] if isinstance(err, VaecfError) else "stopped by SIGINT"
+            raise VaecfError(f"{what} in trial {index}; the finished trials and this trial's "
+                             "checkpoints were in the tune's staging folder and are not kept: "
+                             "a rerun starts the search over") from None
         manifest = read_manifest(directory / name, "train")
         entry = record(index, f"{directory.name}/{name}", manifest, manifest["best_val"])
         records.append(entry)

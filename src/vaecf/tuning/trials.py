@@ -14,26 +14,35 @@ is the KL weight the exported epoch trained with: with annealing and best-epoch 
 trial whose best epoch is 19 of 100 used a fifth of its ``beta_cap`` (None under
 ``--kl-per-item``, whose weight is per user).
 
-The best trial (``best_of``): the highest validation NDCG@100, unless trials within one
+The candidate (``best_of``): the highest validation NDCG@100, unless trials within one
 standard error of it (that trial's) are simpler -- fewer of RecVAE's options on, then fewer
 epochs, then narrower layers -- in which case the simplest of those (the one-standard-error
-rule: a lead within noise does not pay for the complexity). Only it is evaluated on the test
-users.
+rule: a lead within noise does not pay for the complexity).
+
+The choice (``choose``, ``CHOICE_RULE``): trial 0 is the reference (``vaecf tune`` puts
+``vaecf train``'s defaults there, ``vaecf.tuning.space.search``; so does the KFP sweep's
+default list). The candidate replaces it only when its lead over the reference on the
+validation users is larger than the paired standard error of that lead (per-user differences
+of NDCG@100 on the same users): a search can then not hand back a trial that merely won a
+draw among many. Only the chosen trial is evaluated on the test users.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import open_input, read_jsonl, read_manifest
 from vaecf.io.readers import read_json
+from vaecf.metrics.reference import paired_difference
 from vaecf.train.tracking import VAL_KEYS
 from vaecf.tuning.space import SEARCHABLE, options_on
 
@@ -112,14 +121,56 @@ def collect(models: list[str], evaluations: list[str], stack: ExitStack
                                                                         strict=True))]
 
 
-def mark_best(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Flag the trial with the highest validation NDCG@100 (first of equals); return it."""
+CHOICE_RULE = ("trial 0 (train's defaults) is kept unless the best trial by validation "
+               "NDCG@100 (the simplest within one standard error of the highest) leads it on "
+               "the validation users by more than the paired standard error of that lead")
+
+# One trial's per-user validation NDCG@100, in the users' order (the same for every trial).
+PerUser = Callable[[dict[str, Any]], np.ndarray]
+
+
+def choose(records: list[dict[str, Any]], per_user: PerUser
+           ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Flag the chosen trial (module docstring) and return it with the decision's record:
+    the rule, the reference and the candidate, and their paired comparison on the validation
+    users (``paired_difference``: candidate minus reference) when they differ."""
     if not records:
         raise VaecfError("no trials to choose from")
-    best = best_of(records)
+    reference, candidate = records[0], best_of(records)
+    decision: dict[str, Any] = {"rule": CHOICE_RULE, "reference": reference.get("trial", 0),
+                                "candidate": candidate.get("trial", 0), "paired": None}
+    chosen = reference
+    if candidate is not reference:
+        paired = paired_difference(per_user(candidate), per_user(reference))
+        decision["paired"] = paired
+        if paired["delta"] > paired["stderr"]:  # type: ignore[operator]
+            chosen = candidate
+    decision["chosen"] = chosen.get("trial", 0)
     for entry in records:
-        entry["best"] = entry is best
-    return best
+        entry["best"] = entry is chosen
+    return chosen, decision
+
+
+def val_per_user(split: Any, model_dir: Path) -> np.ndarray:
+    """float64 (validation users evaluated,): each one's NDCG@100 under the exported model
+    at ``model_dir``, scored as ``vaecf evaluate --subset val`` scores it."""
+    from vaecf.metrics import evaluate
+    from vaecf.metrics.model_scorer import SavedModelScorer
+
+    scorer = SavedModelScorer(model_dir, split.n_items, split.digest, split.train)
+    return np.asarray(evaluate(scorer, *split.heldout("val")).per_user[OBJECTIVE])
+
+
+def describe_choice(decision: dict[str, Any]) -> str:
+    """The decision in words, for the log and the report."""
+    paired, reference = decision.get("paired"), decision["reference"]
+    if paired is None:
+        return f"trial {reference} (the reference) is also the best by validation"
+    lead = (f"trial {decision['candidate']} minus trial {reference}: {paired['delta']:+.4f} +- "
+            f"{paired['stderr']:.4f} (paired, {paired['users']} validation users)")
+    if decision["chosen"] == reference:
+        return f"{lead}, not more than its standard error: the reference trial {reference} is kept"
+    return f"{lead}, more than its standard error: trial {decision['candidate']} replaces it"
 
 
 def best_of(records: list[dict[str, Any]]) -> dict[str, Any]:
