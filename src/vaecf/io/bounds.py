@@ -116,6 +116,8 @@ BOUNDS: dict[str, Bound] = {
     "--timeout": Bound(0, YEAR, "a year"),
     "--request-timeout": Bound(0, DAY, "a day"),
     "launch-mpijob --workers": Bound(1, 1024, "MPIJob workers"),
+    "launch-mpijob --epochs": Bound(0, EPOCHS, "a million passes over the users; 0: stop "
+                                    "early, as train does without --epochs"),
     "demo --workers": Bound(1, 1024, "Horovod processes"),
     # serve, benchmark-serve
     "--http_port": Bound(1, 65535, "TCP ports"),
