@@ -5,7 +5,7 @@ loop from the CSR rows where they live (``data.BatchMaker.gather``: on the GPU o
 by the pass's user permutation (placed there once per pass), its step index and KL weight
 computed on the device from the call's first step, and its statistics written to a buffer
 read back once per call. The host issues one call per ``count`` steps instead of a gather, a
-step and a read per step: the loop the GPU waited on (issue 35: 5.2 ms of a 6.3 ms H100 step
+step and a read per step: the loop the GPU waited on (5.2 ms of a 6.3 ms H100 step
 at batch 4096 was the host's ``next(batches)``).
 
 The loop's body is the one training step (``horovod.train_step``); ``start`` and ``count``

@@ -26,7 +26,7 @@ beside them once (``call_inputs``); the training loop gathers each step's batch 
 its compiled call of many steps (``BatchMaker.gather``, ops with GPU and XLA kernels;
 ``vaecf.train.calls``), so nothing crosses from the host per step (the host tf.data pipeline
 was 18-22% of an H100 epoch under --xla, DESIGN.md section 8, and 5.2 ms of a 6.3 ms step at
-batch 4096, issue 35). The host tf.data path (``batches``) builds batches in its own threads:
+batch 4096). The host tf.data path (``batches``) builds batches in its own threads:
 one step per call, for the lone step (tests compare the loop with it) and anything that
 wants batches one at a time.
 """

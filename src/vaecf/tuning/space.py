@@ -55,7 +55,7 @@ GRID_LIMIT = 10**6
 SPACE_LIMIT = 1024 * 1024
 # The default space: an 8-point grid that `vaecf tune --trials 8` (its default) takes whole,
 # one of whose points is `vaecf train`'s defaults (the reference, ``search``). Every trial
-# stops early as train does without --epochs (issue 41: the old grid's fixed 50 epochs and
+# stops early as train does without --epochs (the old grid's fixed 50 epochs and
 # dropout 0.3 never held train's own settings, and on an ML-1M derivative train's defaults
 # beat all 8 of its trials). What the 100-epoch CiteULike-a measurements (README, Results) say
 # still moves the result: a wider encoder and decoder, a lower learning rate (both best
