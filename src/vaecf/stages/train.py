@@ -6,6 +6,7 @@ import argparse
 
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name
+from vaecf.io.bounds import STEPS_PER_CALL
 from vaecf.io.roles import Role
 from vaecf.stages import finite_non_negative, finite_positive, location, new_parser, run_stage, seed
 from vaecf.train.config import (
@@ -13,7 +14,6 @@ from vaecf.train.config import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MAX_EPOCHS,
     DEFAULT_PATIENCE,
-    MAX_STEPS_PER_CALL,
     PRECISIONS,
     TrainConfig,
 )
@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the training users]")
     add("--steps-per-call", type=_non_negative, default=0, metavar="K", help="training "
         "steps per call to the device, each step's batch gathered on the device inside the "
-        f"call (1-{MAX_STEPS_PER_CALL}; never past an epoch's end; the weights are the same "
+        f"call (1-{STEPS_PER_CALL}; never past an epoch's end; the weights are the same "
         "for any K) [default: 0, chosen to last about a quarter of a second per call]")
     add("--item-chunk", type=_non_negative, metavar="N", help="compute the training "
         "likelihood over chunks of N items, never holding the [users, items] logits (0: "

@@ -28,9 +28,8 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from vaecf.model import SparseBatch
-from vaecf.train.config import MAX_STEPS_PER_CALL
 
-__all__ = ["MAX_STEPS_PER_CALL", "CallClock", "CallSizer", "make_train_call"]
+__all__ = ["CallClock", "CallSizer", "make_train_call"]
 
 # A chosen call lasts about this long: one read of the device per call costs a gap of a few
 # host launches (~1 ms), so 1/4 s leaves it under 1% of the time, and a progress line, a

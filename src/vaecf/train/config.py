@@ -5,12 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from vaecf.io.bounds import STEPS_PER_CALL
-
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
 COMPRESSIONS = ("none", "fp16")
 DEFAULT_BATCH_SIZE = 500
-MAX_STEPS_PER_CALL = STEPS_PER_CALL  # --steps-per-call's bound (``vaecf.io.bounds``)
 # Without --epochs: train until the validation NDCG@100 has not improved for PATIENCE epochs,
 # at most MAX_EPOCHS (CiteULike-a's five-layer default scored 0.290 after the old
 # fixed 20 epochs and 0.326 after 100; its best epochs fell between 57 and 95, and a 200-epoch
@@ -42,7 +39,7 @@ class TrainConfig:
       steps_per_epoch: steps per epoch; None = one pass over the training users.
       steps_per_call: training steps the device runs per call from the host, its batches
         gathered inside (``vaecf.train.calls``; never past a pass's end), at most
-        ``MAX_STEPS_PER_CALL``; 0: chosen from the measured speed (about a quarter
+        ``vaecf.io.bounds.STEPS_PER_CALL``; 0: chosen from the measured speed (about a quarter
         of a second per call). The weights do not depend on it.
       epochs: a fixed number of epochs (``--epochs``), or None: early stopping, i.e. train
         until the validation NDCG@100 has not improved for ``patience`` epochs, at most

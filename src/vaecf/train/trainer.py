@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from vaecf import log
 from vaecf.errors import VaecfError
+from vaecf.io.bounds import STEPS_PER_CALL
 from vaecf.metrics import evaluate
 from vaecf.model import MultVAE, choose_item_chunk, padded_items
 from vaecf.model import implicit_slim as slim
@@ -114,7 +115,7 @@ class Trainer:
                                      first=first, lengths=lengths)
         # One call of many steps per phase of the epoch's passes (only "joint" unless
         # --alternate): its batches gathered inside, where the matrix lives.
-        limit = min(calls.MAX_STEPS_PER_CALL, self.steps)
+        limit = min(STEPS_PER_CALL, self.steps)
         self.whole = dist.compiles_whole(config, runtime)
         self.calls = {phase: calls.make_train_call(
             dist.train_step(self.model, self.optimizer, config, runtime, phase),
