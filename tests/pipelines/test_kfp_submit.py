@@ -31,7 +31,7 @@ KFP = Path(sys.executable).with_name("kfp")  # the kfp 2.13 CLI of this environm
 EXAMPLE_SOURCE = "s3://vaecf/raw/ml-20m.zip"  # for the one parameter without a default
 
 
-def readme_submit() -> tuple[list[str], dict[str, str]]:
+def guide_submit() -> tuple[list[str], dict[str, str]]:
     """The pipeline guide's ``kfp run submit`` command: its arguments before the parameters,
     and those."""
     text = GUIDE.read_text()
@@ -63,10 +63,10 @@ def declared(workdir: Path) -> dict[str, Any]:
     return parameters
 
 
-def example(name: str, spec: dict[str, Any], readme: dict[str, str]) -> str:
+def example(name: str, spec: dict[str, Any], guide: dict[str, str]) -> str:
     """What a user would type for ``name``: the guide's value, else the default as text."""
-    if name in readme:
-        return readme[name]
+    if name in guide:
+        return guide[name]
     if "defaultValue" not in spec:
         return EXAMPLE_SOURCE
     default = spec["defaultValue"]
@@ -96,7 +96,7 @@ def submit(kfp_api: FakeKfp, workdir: Path, params: dict[str, str],
            process: bool = True) -> dict[str, Any]:
     """Run the guide's command with ``params`` as ``key=value`` (the kfp CLI as a process, or its
     entry point in this one); the run the server created."""
-    args, _ = readme_submit()
+    args, _ = guide_submit()
     args += [f"{k}={v}" for k, v in params.items()]
     before = len(kfp_api.runs)
     if process:
@@ -116,8 +116,8 @@ def submit(kfp_api: FakeKfp, workdir: Path, params: dict[str, str],
     return run
 
 
-def test_readme_command_creates_a_run_the_backend_accepts(kfp_api, workdir) -> None:
-    args, params = readme_submit()
+def test_the_guides_command_creates_a_run_the_backend_accepts(kfp_api, workdir) -> None:
+    args, params = guide_submit()
     assert args[:2] == ["run", "submit"] and "build/vaecf_pipeline.yaml" in args
     run = submit(kfp_api, workdir, params)
     assert run["runtime_config"]["parameters"] == params  # sent as typed, each a string
@@ -132,10 +132,10 @@ def test_readme_command_creates_a_run_the_backend_accepts(kfp_api, workdir) -> N
 @pytest.mark.filterwarnings("ignore:This client only works:FutureWarning")
 def test_no_parameters_and_each_parameter_alone_are_accepted(kfp_api, workdir) -> None:
     """The same CLI code in this process (the test above runs it as the guide's process)."""
-    _, readme = readme_submit()
+    _, guide = guide_submit()
     assert not submit(kfp_api, workdir, {}, process=False)["runtime_config"].get("parameters")
     for name, spec in declared(workdir).items():
-        params = {name: example(name, spec, readme)}
+        params = {name: example(name, spec, guide)}
         run = submit(kfp_api, workdir, params, process=False)
         assert run["runtime_config"]["parameters"] == params
 
