@@ -129,8 +129,9 @@ def preprocess(raw: RawInteractions | Iterable[RawInteractions],
     del users
     item_codes, item_ids = pd.factorize(items, sort=True)
     del items
-    check_ids(user_ids, "user_id", files_read(files))  # each distinct id once
-    check_ids(item_ids, "item_id", files_read(files))
+    where = files_read(files)
+    check_ids(user_ids, "user_id", where)  # each distinct id once
+    check_ids(item_ids, "item_id", where)
     n_items = len(item_ids)
     counts["raw"] = {"rows": seen[0].rows, "users": seen[0].count(user_ids),
                      "items": seen[1].count(item_ids)}

@@ -38,6 +38,7 @@ import scipy.sparse as sp
 
 from vaecf import log
 from vaecf.errors import VaecfError
+from vaecf.io.bounds import COUNT  # user_idx and row counts: scipy's CSR, Parquet's row groups
 from vaecf.io.manifest import read_manifest
 from vaecf.io.readers import IDS, INDEX, field, read_npz_csr, read_parquet
 
@@ -48,7 +49,6 @@ MANIFEST_STAGE = "dataset"
 ROW_GROUPS = "train_row_groups"
 ROW_GROUP_ROWS = 1 << 16  # 512 KiB of (user_idx, item_idx) int32 pairs before compression
 MIN_GROUP_ROWS = 1024
-INT32_MAX = 2**31 - 1  # user_idx and row counts: scipy's CSR and Parquet's row groups
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
@@ -319,9 +319,9 @@ def _row_groups(manifest: dict[str, Any], where: str) -> tuple[np.ndarray, np.nd
     """(first user, rows) of each row group of ``train.parquet``, int64 [groups] each."""
     groups = field(manifest, ROW_GROUPS, where, "list")
     if not all(isinstance(g, list) and len(g) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT32_MAX for v in g)
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= COUNT for v in g)
             for g in groups):  # an edited 2**64 would overflow int64 below
         raise VaecfError(f"{where}: '{ROW_GROUPS}': expected [first user_idx, rows] pairs "
-                         f"of integers from 0 to {INT32_MAX}")
+                         f"of integers from 0 to {COUNT}")
     pairs = np.array(groups, dtype=np.int64).reshape(-1, 2)
     return pairs[:, 0], pairs[:, 1]

@@ -18,7 +18,7 @@ import argparse
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from vaecf.errors import VaecfError
 
@@ -139,7 +139,7 @@ def bound(stage: str, flag: str) -> Bound | None:
     return BOUNDS.get(f"{stage} {flag}", BOUNDS.get(flag))
 
 
-def _number(value: object) -> bool:
+def _number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -160,11 +160,11 @@ def check_bounds(stage: str, parser: argparse.ArgumentParser, args: Any) -> None
     """Refuse, in one line, a number given to a flag of ``vaecf <stage>`` outside its bounds."""
     for flag, dest in numeric_flags(parser):
         entry = bound(stage, flag)
-        value = getattr(args, dest, None)
         if entry is None:
             continue
+        value = getattr(args, dest, None)
         for number in value if isinstance(value, list | tuple) else [value]:
-            if not isinstance(number, int | float) or isinstance(number, bool):
+            if not _number(number):
                 continue
             if not (math.isfinite(number) and entry.low <= number <= entry.high):
                 raise VaecfError(f"{flag} {number}: expected {_shown(entry.low)}.."

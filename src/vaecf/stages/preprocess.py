@@ -91,10 +91,10 @@ def run(config: PreprocessConfig) -> None:
         table = recorded_columns(download, where) if dataset.reader == "table" else None
         with scratch(staging) as extracted:
             if config.engine == "spark":
-                files_read, counts = _spark(dataset, raw_dir, names, extracted, table,
+                read, counts = _spark(dataset, raw_dir, names, extracted, table,
                                             config.filters, staging / OUTPUT_FILE)
             else:
-                files_read, counts = _pandas(dataset, raw_dir, names, extracted, table,
+                read, counts = _pandas(dataset, raw_dir, names, extracted, table,
                                              config.filters, staging / OUTPUT_FILE)
         kept = counts["output"]
         log.info(f"{dataset.name}: {kept['rows']:,} positives of {kept['users']:,} users x "
@@ -103,9 +103,9 @@ def run(config: PreprocessConfig) -> None:
                                                "download_files": download["files"]},
                        parameters=asdict(config.filters), counts=counts, started=started,
                        extra={"dataset": dataset.name, "engine": config.engine,
-                              "files_read": files_read,
-                              "layout": layout_of(dataset.reader, files_read),
-                              "release": release_of(files_read),
+                              "files_read": read,
+                              "layout": layout_of(dataset.reader, read),
+                              "release": release_of(read),
                               "verified_release": download.get("verified_release"),
                               **({"table": table.record()} if table else {})})
 
