@@ -131,10 +131,6 @@ def run(args: argparse.Namespace) -> None:
                          f"{', '.join(BASELINES)})")
     common = {"epochs": args.epochs, "patience": args.patience, "max_epochs": args.max_epochs,
               "batch_size": args.batch_size}
-    for name, value in common.items():
-        if value is not None and value < 1:
-            raise VaecfError(f"--{name.replace('_', '-')}: expected a positive integer, got "
-                             f"{value}")
     if args.epochs is not None and (args.patience or args.max_epochs):
         raise VaecfError("--patience and --max-epochs apply only without --epochs")
     inputs = [args.split, *(args.collect_models or []), *(args.collect_evaluations or [])]
