@@ -327,6 +327,7 @@ def test_sigterm_during_a_partition_still_deletes_the_job(env, monkeypatch) -> N
     assert took < 30, took  # the pod's grace; the step's own bound is 20 s
 
 
+@pytest.mark.slow  # its own `took < 60` is the check, not the 60 s guard
 def test_a_server_that_never_answers_cannot_hold_the_step_past_its_timeout(env, monkeypatch
                                                                           ) -> None:
     """Every request is accepted and never answered, from the first (default 30 s request
@@ -343,6 +344,7 @@ def test_a_server_that_never_answers_cannot_hold_the_step_past_its_timeout(env, 
     assert took < 60, took  # 3 s, and the process's start; it was 300 s
 
 
+@pytest.mark.slow  # its own `took < 60` is the check, not the 60 s guard
 def test_a_connection_frozen_after_the_create_cannot_hold_the_step(env, monkeypatch) -> None:
     """The job is created, then every request hangs (default 30 s request timeout): the
     step ends within --timeout + job.CLEANUP_SECONDS (20 s for the diagnostics and the
