@@ -19,8 +19,8 @@ import tensorflow as tf
 from tensorflow.python.framework import op_def_registry
 
 from vaecf.metrics.batched import ChunkMetrics
-from vaecf.model import MultVAE, SparseBatch
-from vaecf.train import data
+from vaecf.model import MultVAE
+from vaecf.train import calls, data
 from vaecf.train import horovod as dist
 from vaecf.train.config import PRECISIONS, TrainConfig
 from vaecf.train.export import ServingModule
@@ -36,16 +36,10 @@ PLUMBING = {"_Arg", "_Retval", "Placeholder", "NoOp", "Identity", "IdentityN", "
 HOST_SOURCES = {"Const", "Placeholder", "_Arg"}
 
 
-def _batch(users: int = 5, seed: int = 0) -> SparseBatch:
-    rng = np.random.default_rng(seed)
-    rows = np.repeat(np.arange(users), 4)
-    items = np.concatenate([rng.choice(N_ITEMS, 4, replace=False) for _ in range(users)])
-    return SparseBatch(tf.constant(rows, tf.int64), tf.constant(items, tf.int64),
-                       tf.ones([rows.size]), tf.range(users, dtype=tf.int64))
-
-
 def step_graph(precision: str, xla: bool) -> tf.compat.v1.GraphDef:
-    """The training step as a GPU runs it (its first layer in the GPU's form)."""
+    """The training loop's compiled call as a GPU runs it (``calls.make_train_call``, as the
+    trainer builds it): each step's gather from the resident CSR rows and the one training
+    step, its first layer in the GPU's form."""
     config = TrainConfig(split="", output="", checkpoint_dir="", precision=precision,
                          hidden=16, latent=4, anneal_steps=10, xla=xla, l2=0.01)
     model = MultVAE(N_ITEMS, hidden=16, latent=4, policy=config.keras_policy, seed=3,
@@ -54,12 +48,21 @@ def step_graph(precision: str, xla: bool) -> tf.compat.v1.GraphDef:
     optimizer = dist.make_optimizer(config)
     optimizer.build(model.trainable_variables)
     runtime = dist.Runtime(rank=0, size=1, local_rank=0, hosts=1, hvd=None)
-    step = dist.make_train_step(model, optimizer, config, runtime)
-    return step.get_concrete_function(_batch(), tf.constant(0, tf.int64)).graph.as_graph_def()
+    matrix = sp.random(8, N_ITEMS, density=0.2, format="csr", random_state=0, dtype=np.float32)
+    maker = data.BatchMaker(matrix, 4, device="/CPU:0", one_size=xla)
+    whole = dist.compiles_whole(config, runtime)
+    call = calls.make_train_call(dist.train_step(model, optimizer, config, runtime),
+                                 maker.gather, limit=2, jit_compile=whole)
+    users = np.arange(8, dtype=np.int64).reshape(2, 4)
+    placed, padded = data.call_inputs(maker, users, maker.padded_sizes(users[:, np.newaxis]),
+                                      static=whole)
+    start, count = tf.constant(0, tf.int64), tf.constant(2, tf.int64)
+    return call.get_concrete_function(placed, padded, start, count,
+                                      tf.constant(0, tf.int64)).graph.as_graph_def()
 
 
 GRAPH_TITLES = (*(f"step {p}{' xla' if xla else ''}" for p in PRECISIONS for xla in (False, True)),
-                "resident gather", "evaluation chunk", "evaluation chunk blocked top-k",
+                "evaluation chunk", "evaluation chunk blocked top-k",
                 "export score", "export recommend", "export recommend_ids")
 
 
@@ -67,10 +70,6 @@ def traced_graphs() -> dict[str, tf.compat.v1.GraphDef]:
     """Every graph the GPU path runs, by name."""
     graphs = {f"step {p}{' xla' if xla else ''}": step_graph(p, xla)
               for p in PRECISIONS for xla in (False, True)}
-    matrix = sp.csr_matrix(np.eye(8, dtype=np.float32))
-    maker = data.BatchMaker(matrix, 4, device="/CPU:0")
-    graphs["resident gather"] = maker.resident_gather.get_concrete_function(
-        tf.constant([0, 1], tf.int64), tf.constant(8, tf.int64)).graph.as_graph_def()
     chunk = ChunkMetrics(N_ITEMS, [("ndcg_at_100", "ndcg", 100), ("recall_at_20", "recall", 20)],
                          top_k=10)
     graphs["evaluation chunk"] = chunk._fn.get_concrete_function().graph.as_graph_def()

@@ -45,7 +45,8 @@ def shard_slices(whole: MultVAE, sharded: MultVAE) -> list[np.ndarray]:
 def train(model: MultVAE, config: TrainConfig, runtime: dist.Runtime) -> list[float]:
     optimizer = dist.make_optimizer(config)
     optimizer.build(model.trainable_variables)
-    step = dist.make_train_step(model, optimizer, config, runtime)
+    step = tf.function(dist.train_step(model, optimizer, config, runtime),  # the loop's step
+                       reduce_retracing=True)
     rng = np.random.default_rng(runtime.rank)
     return [float(step(batch(rng), tf.constant(i, tf.int64))[0]) for i in range(STEPS)]
 

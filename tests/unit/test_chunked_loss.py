@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+from single_steps import lone_step
 
 from vaecf.model import MultVAE, SparseBatch, choose_item_chunk, multinomial_nll
 from vaecf.model.loss import chunked_nll
@@ -63,7 +64,7 @@ def test_chunked_model_steps_like_the_whole_softmax() -> None:
         model.build_variables()
         optimizer = dist.make_optimizer(config)
         optimizer.build(model.trainable_variables)
-        step = dist.make_train_step(model, optimizer, config, runtime)
+        step = lone_step(model, optimizer, config, runtime)
         losses = [step(data, tf.constant(i, tf.int64))[0].numpy() for i in range(3)]
         results.append((losses, model.get_weights()))
     (whole_losses, whole), (chunk_losses, chunked) = results

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+from single_steps import lone_step
 
 from vaecf.model import MultVAE, SparseBatch
 from vaecf.train import horovod as dist
@@ -26,7 +27,7 @@ def make_step(precision: str, xla: bool) -> tuple[dist.StepFn, MultVAE]:
     optimizer = dist.make_optimizer(config)
     optimizer.build(model.trainable_variables)
     runtime = dist.Runtime(rank=0, size=1, local_rank=0, hosts=1, hvd=None)
-    return dist.make_train_step(model, optimizer, config, runtime), model
+    return lone_step(model, optimizer, config, runtime), model
 
 
 def batch(users: int = 5, seed: int = 0) -> SparseBatch:

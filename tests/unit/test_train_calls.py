@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import tensorflow as tf
+from single_steps import gathered, lone_step
 
 from vaecf.train import calls, data
 from vaecf.train import horovod as dist
@@ -37,11 +38,11 @@ def two_epochs(trainer: Trainer) -> list[np.ndarray]:
 
 
 def lone_steps(trainer: Trainer) -> list[np.ndarray]:
-    """Two epochs the way the loop ran before many steps per call: each batch from the host
-    dataset (``data.batches``), then one call of the lone step (``make_train_step``)."""
+    """Two epochs the way the loop ran before many steps per call: each batch gathered by
+    the maker alone, then one call of the lone step (``train_step`` compiled alone)."""
     config, step = trainer.config, 0
-    step_fns = {phase: dist.make_train_step(trainer.model, trainer.optimizer, config, RUNTIME,
-                                            phase) for phase in dict.fromkeys(config.passes)}
+    step_fns = {phase: lone_step(trainer.model, trainer.optimizer, config, RUNTIME, phase)
+                for phase in dict.fromkeys(config.passes)}
     for epoch in (1, 2):
         for index, phase in enumerate(config.passes):
             everyone = data.all_ranks_users(trainer.n_users, seed=config.seed, epoch=epoch,
@@ -49,8 +50,8 @@ def lone_steps(trainer: Trainer) -> list[np.ndarray]:
                                             world_size=1, pass_index=index)
             if phase == "decoder":
                 trainer.model.update_prior()
-            for batch in data.batches(trainer.maker, everyone[:, 0],
-                                      trainer.maker.padded_sizes(everyone)):
+            for batch in gathered(trainer.maker, everyone[:, 0],
+                                  trainer.maker.padded_sizes(everyone)):
                 step_fns[phase](batch, tf.constant(step, tf.int64))
                 step += 1
         if config.passes == ("joint",):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+import tensorflow as tf
+from single_steps import gathered
 
 from vaecf.train import data
 
@@ -42,8 +44,8 @@ def test_each_rank_draws_its_batches_from_its_own_share() -> None:
 
 def test_a_share_gathers_the_rows_the_whole_matrix_gathers() -> None:
     """A rank holding only its share's rows builds the batches a maker of the whole matrix
-    builds for the same users (global user_idx kept), on the host and resident alike; and
-    one epoch size, from every user's lengths, is the same on every rank."""
+    builds for the same users (global user_idx kept); and one epoch size, from every user's
+    lengths, is the same on every rank."""
     rng = np.random.default_rng(4)
     matrix = sp.random(30, 20, density=0.2, format="csr", random_state=rng, dtype=np.float32)
     matrix.data[:] = 1.0
@@ -53,13 +55,11 @@ def test_a_share_gathers_the_rows_the_whole_matrix_gathers() -> None:
     for rank in (0, 1):
         share = data.user_share(30, 2, rank)
         part = matrix[share.start:share.stop]
-        for device in (None, "/CPU:0"):
-            ours = list(data.batches(data.BatchMaker(part, 4, device=device,
-                                                     first=share.start), everyone[:, rank]))
-            whole = list(data.batches(data.BatchMaker(matrix, 4), everyone[:, rank]))
-            for a, b in zip(ours, whole, strict=True):
-                for field_a, field_b in zip(a, b, strict=True):
-                    np.testing.assert_array_equal(field_a.numpy(), field_b.numpy())
+        ours = gathered(data.BatchMaker(part, 4, first=share.start), everyone[:, rank])
+        whole = gathered(data.BatchMaker(matrix, 4), everyone[:, rank])
+        for a, b in zip(ours, whole, strict=True):
+            for field_a, field_b in zip(a, b, strict=True):
+                np.testing.assert_array_equal(field_a.numpy(), field_b.numpy())
         maker = data.BatchMaker(part, 4, one_size=True, first=share.start, lengths=lengths)
         sizes.append(maker.padded_sizes(everyone, rank))
     np.testing.assert_array_equal(sizes[0], sizes[1])
@@ -86,7 +86,7 @@ def test_batches_are_the_csr_rows_padded_with_zero_entries() -> None:
     matrix = sp.csr_matrix(np.array([[1, 0, 1, 0], [0, 0, 0, 0], [0, 1, 1, 1]], np.float32))
     maker = data.BatchMaker(matrix, granule=4)
     users = np.array([[2, 0], [1, 2]], np.int64)
-    batches = list(data.batches(maker, users))
+    batches = gathered(maker, users)
     first = batches[0]
     assert first.rows.shape == (8,)  # 5 entries padded to a multiple of 4
     np.testing.assert_array_equal(first.rows.numpy()[:5], [0, 0, 0, 1, 1])
@@ -113,46 +113,38 @@ def test_csr_batch_keeps_rows_in_order() -> None:
     np.testing.assert_array_equal(batch.user_idx.numpy(), [0, 1])
 
 
-def test_device_resident_batches_equal_the_host_batches() -> None:
-    # Real ML-20M-like rows (empty users included), several granules; on this CPU-only host the
-    # "device" is the CPU, which runs the same ops the GPU path runs.
+def test_gathered_batches_are_the_csr_rows_of_their_users() -> None:
+    # ML-20M-like rows (empty users included), several granules, a device-resident maker
+    # (on this CPU-only host the "device" is the CPU, which runs the ops the GPU path runs).
     rng = np.random.default_rng(5)
     matrix = sp.random(60, 45, density=0.1, format="csr", random_state=rng, dtype=np.float32)
-    matrix.data[:] = 1.0
+    matrix.data[:] = rng.integers(1, 5, matrix.nnz)
     matrix.data[matrix.indptr[7]:matrix.indptr[8]] = 0.0
     matrix.eliminate_zeros()
     assert matrix[7].nnz == 0
     users = data.epoch_users(60, seed=1, epoch=1, steps=5, batch_size=16, world_size=1, rank=0)
-    for granule in (1, 8):
-        host = list(data.batches(data.BatchMaker(matrix, granule), users))
-        resident = list(data.batches(data.BatchMaker(matrix, granule, device="/CPU:0"), users))
-        assert len(host) == len(resident) == 5
-        for a, b in zip(host, resident, strict=True):
-            for field_a, field_b in zip(a, b, strict=True):
-                assert field_a.dtype == field_b.dtype
-                np.testing.assert_array_equal(field_a.numpy(), field_b.numpy())
-    assert any(7 in row for row in users)  # the empty user was in a batch
+    assert any(7 in row for row in users)  # the empty user is in a batch
+    for granule, device in ((1, None), (8, "/CPU:0")):
+        maker = data.BatchMaker(matrix, granule, device=device)
+        padded = maker.padded_sizes(users[:, np.newaxis, :])
+        for row, size, batch in zip(users, padded, gathered(maker, users), strict=True):
+            rows = matrix[row]
+            pad = int(size) - rows.nnz
+            assert pad >= 0 and int(size) % granule == 0
+            expected = (np.concatenate([np.repeat(np.arange(len(row)), np.diff(rows.indptr)),
+                                        np.full(pad, len(row) - 1)]),
+                        np.concatenate([rows.indices, np.zeros(pad)]),
+                        np.concatenate([rows.data, np.zeros(pad)]), row)
+            for field, want, dtype in zip(batch, expected, (tf.int64, tf.int64, tf.float32,
+                                                            tf.int64), strict=True):
+                assert field.dtype == dtype
+                np.testing.assert_array_equal(field.numpy(), want)
 
 
-
-def test_resident_batches_leave_no_device_scope_open_between_steps() -> None:
-    from tensorflow.python.eager import context
-
-    matrix = sp.csr_matrix(np.eye(6, dtype=np.float32))
-    users = data.epoch_users(6, seed=0, epoch=1, steps=2, batch_size=3, world_size=1, rank=0)
-    outside = context.context().device_name
-    batches = data.batches(data.BatchMaker(matrix, 1, device="/CPU:0"), users)
-    next(batches)
-    assert context.context().device_name == outside  # the caller's ops run in its own scope
-    batches.close()
-
-
-def test_resident_gather_pads_without_pad_and_takes_its_size_from_the_host() -> None:
-    import tensorflow as tf
-
+def test_the_gather_pads_without_pad_and_takes_its_size_from_the_host() -> None:
     matrix = sp.csr_matrix(np.eye(6, dtype=np.float32))
     maker = data.BatchMaker(matrix, 4, device="/CPU:0")
-    graph = maker.resident_gather.get_concrete_function(
+    graph = tf.function(maker.gather).get_concrete_function(
         tf.constant([0, 1], tf.int64), tf.constant(8, tf.int64)).graph
     ops = {op.type: op for op in graph.get_operations()}
     assert "Pad" not in ops and "PadV2" not in ops  # int64 Pad has no GPU kernel

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import tensorflow as tf
+from single_steps import gathered, lone_step
 from tensorflow.python.framework import ops
 
 from vaecf.errors import VaecfError
@@ -86,8 +87,8 @@ def test_one_grouped_allreduce_per_step_carries_gradients_and_statistics(
     hvd = CountingHorovod()
     runtime = dist.Runtime(rank=0, size=2, local_rank=0, hosts=1, hvd=hvd)
     config = dataclasses.replace(trainer.config, compression=compression)
-    step = dist.make_train_step(trainer.model, trainer.optimizer, config, runtime)
-    batch = next(data.batches(trainer.maker, np.arange(8, dtype=np.int64)[np.newaxis]))
+    step = lone_step(trainer.model, trainer.optimizer, config, runtime)
+    batch = gathered(trainer.maker, np.arange(8, dtype=np.int64)[np.newaxis])[0]
     for i in range(3):
         stats = step(batch, tf.constant(i, tf.int64)).numpy()
         assert stats.shape == (5,) and np.isfinite(stats).all()

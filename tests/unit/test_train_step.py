@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from single_steps import lone_step
 
 from vaecf.model import MultVAE, SparseBatch
 from vaecf.train import horovod as dist
@@ -24,7 +25,7 @@ def run_steps(optimizer: keras.optimizers.Optimizer, steps: int) -> tuple[list[b
     optimizer.build(model.trainable_variables)
     before = [w.copy() for w in model.get_weights()]
     runtime = dist.Runtime(rank=0, size=1, local_rank=0, hosts=1, hvd=None)
-    step = dist.make_train_step(model, optimizer, config, runtime)
+    step = lone_step(model, optimizer, config, runtime)
     batch = SparseBatch(tf.constant([0, 0, 1], tf.int64), tf.constant([1, 5, 7], tf.int64),
                         tf.ones([3]), tf.constant([0, 1], tf.int64))
     finite = [step(batch, tf.constant(i, tf.int64)).numpy()[4] == 0.0 for i in range(steps)]
@@ -107,7 +108,7 @@ def test_skipping_scale_matches_keras_step_for_step_without_a_conditional() -> N
         model.build_variables()
         optimizer.build(model.trainable_variables)
         runtime = dist.Runtime(rank=0, size=1, local_rank=0, hosts=1, hvd=None)
-        step = dist.make_train_step(model, optimizer, config, runtime)
+        step = lone_step(model, optimizer, config, runtime)
         batch = SparseBatch(tf.constant([0, 0, 1], tf.int64), tf.constant([1, 5, 7], tf.int64),
                             tf.ones([3]), tf.constant([0, 1], tf.int64))
         stats = [step(batch, tf.constant(i, tf.int64)).numpy() for i in range(12)]

@@ -19,6 +19,7 @@ import pytest
 import scipy.sparse as sp
 import tensorflow as tf
 from scipy.stats import norm
+from single_steps import lone_step
 
 from vaecf.baselines import Popularity
 from vaecf.model import MultVAE, SparseBatch
@@ -54,7 +55,7 @@ def make_step(precision: str = "fp32", item_chunk: int | None = None,
     optimizer = dist.make_optimizer(config)
     optimizer.build(model.trainable_variables)
     # "joint" as the code before the options was called (the recording runs it)
-    return {phase: dist.make_train_step(model, optimizer, config, RUNTIME,
+    return {phase: lone_step(model, optimizer, config, RUNTIME,
                                         *([phase] if phase != "joint" else []))
             for phase in phases}, model
 

@@ -70,7 +70,9 @@ def make_train_call(step: StepFn, gather: GatherFn, *, limit: int,
             with host():
                 index = start + i
                 size = padded if isinstance(padded, int) else padded[index]
-            batch = gather(users[index], size)
+            # A gather, not users[index]: a slice's begin is host memory on a GPU, and the
+            # stack that builds it from the index would run on the device (a wait per step).
+            batch = gather(tf.gather(users, index), size)
             # Row i of the statistics, by a select: no TensorList (and a non-finite step
             # stays in its own row).
             return i + 1, tf.where(rows == i, step(batch, first_step + i)[tf.newaxis], stats)

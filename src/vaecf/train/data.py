@@ -1,9 +1,7 @@
-"""Input pipeline: users' CSR rows -> sparse batches, prepared by tf.data ahead of compute.
+"""Input pipeline: users' CSR rows -> sparse batches, gathered where the matrix lives.
 
-The training matrix stays in CSR form (as a RaggedTensor over ``indices``/``indptr``); a
-batch is a gather of rows, never a dense users x items array. Batches are built by tf.data
-(in its own threads, without the Python GIL) and prefetched, so batch preparation overlaps
-the previous step.
+The training matrix stays in CSR form; a batch is a gather of rows, never a dense users x
+items array.
 
 Sharding: rank ``r`` of ``W`` trains a contiguous share of the training users,
 ``[r*n/W, (r+1)*n/W)`` (``user_share``), and holds only their rows (the split's row groups
@@ -26,15 +24,12 @@ beside them once (``call_inputs``); the training loop gathers each step's batch 
 its compiled call of many steps (``BatchMaker.gather``, ops with GPU and XLA kernels;
 ``vaecf.train.calls``), so nothing crosses from the host per step (the host tf.data pipeline
 was 18-22% of an H100 epoch under --xla, DESIGN.md section 8, and 5.2 ms of a 6.3 ms step at
-batch 4096). The host tf.data path (``batches``) builds batches in its own threads:
-one step per call, for the lone step (tests compare the loop with it) and anything that
-wants batches one at a time.
+batch 4096).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import scipy.sparse as sp
@@ -109,7 +104,7 @@ def resident_device() -> str | None:
 
 
 class BatchMaker:
-    """Gathers CSR rows into ``SparseBatch`` es, on the host (tf.data) or on ``device``.
+    """Gathers CSR rows into ``SparseBatch`` es where the matrix lives: ``device``, else the host.
 
     Each batch's entries are padded to a size the host chooses (``padded_sizes``) from the
     row lengths it keeps, so no op waits on the device to learn a shape, and padding is
@@ -147,10 +142,6 @@ class BatchMaker:
             self._indptr = tf.constant(matrix.indptr.astype(np.int64))
             self._indices = tf.constant(matrix.indices.astype(np.int64))
             self._data = tf.constant(matrix.data.astype(np.float32))
-        self._items = tf.RaggedTensor.from_row_splits(self._indices, self._indptr,
-                                                      validate=False)
-        self._values = tf.RaggedTensor.from_row_splits(self._data, self._indptr, validate=False)
-        self.resident_gather = tf.function(self.gather, reduce_retracing=True)
 
     def padded_sizes(self, users: np.ndarray, rank: int = 0) -> np.ndarray:
         """Entries of each of ``rank``'s batches after padding: int64 [steps].
@@ -164,21 +155,11 @@ class BatchMaker:
         own = self._own[users[:, rank] - self._first].sum(axis=1)
         return -(-own // self._granule) * self._granule
 
-    def __call__(self, users: tf.Tensor, padded: tf.Tensor) -> SparseBatch:
-        """The rows ``users`` (int64 [b]) padded to ``padded`` entries (ragged ops: host)."""
-        rows = users - self._offset
-        items = tf.gather(self._items, rows)
-        values = tf.gather(self._values, rows).flat_values
-        pad = padded - tf.shape(values, out_type=tf.int64)[0]
-        last = tf.shape(users, out_type=tf.int64)[0] - 1
-        return SparseBatch(rows=tf.concat([items.value_rowids(), tf.fill([pad], last)], 0),
-                           item_idx=tf.concat([items.flat_values, tf.zeros([pad], tf.int64)], 0),
-                           values=tf.concat([values, tf.zeros([pad])], 0), user_idx=users)
-
     def gather(self, users: tf.Tensor, padded: tf.Tensor | int) -> SparseBatch:
-        """``__call__`` from ops with GPU kernels (RaggedGather has only a CPU kernel), and
-        XLA's (a Python int ``padded`` gives every output a static shape): the gather of each
-        step inside the training loop's compiled call (``vaecf.train.calls``).
+        """The rows ``users`` (int64 [b]) padded to ``padded`` entries, by ops with GPU kernels
+        (RaggedGather has only a CPU kernel) and XLA's (a Python int ``padded`` gives every
+        output a static shape): the gather of each step inside the training loop's compiled
+        call (``vaecf.train.calls``).
 
         ``padded`` is a host scalar, so ``tf.range`` (whose GPU kernel reads its limit from
         host memory) does not wait for the device's cumsum.
@@ -196,38 +177,6 @@ class BatchMaker:
         items = tf.where(real, tf.gather(self._indices, position), 0)
         values = tf.where(real, tf.gather(self._data, position), 0.0)
         return SparseBatch(rows=rows, item_idx=items, values=values, user_idx=users)
-
-
-def dataset(maker: BatchMaker, users: np.ndarray, padded: np.ndarray) -> tf.data.Dataset:
-    """A prefetching host dataset of the batches whose rows are ``users`` [steps, b]."""
-    data = tf.data.Dataset.from_tensor_slices((users, padded))
-    data = data.map(maker, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return data.prefetch(tf.data.AUTOTUNE)
-
-
-def batches(maker: BatchMaker, users: np.ndarray,
-            padded: np.ndarray | None = None) -> Iterator[SparseBatch]:
-    """The batches whose rows are ``users`` [steps, b], of ``padded`` [steps] entries
-    (default: ``maker.padded_sizes`` of these users alone): gathered on the maker's device
-    when it has one (the epoch's permutation is copied there once), else by the host dataset
-    (built and started here, before the first batch is asked for)."""
-    if padded is None:
-        padded = maker.padded_sizes(users[:, np.newaxis, :])
-    if maker.device is None:
-        return iter(dataset(maker, users, padded))
-    with tf.device(maker.device):
-        resident_users = tf.constant(users)
-    return _resident_batches(maker, resident_users, padded)
-
-
-def _resident_batches(maker: BatchMaker, users: tf.Tensor,
-                      padded: np.ndarray) -> Iterator[SparseBatch]:
-    for step in range(users.shape[0]):
-        with tf.device("/CPU:0"):
-            size = tf.constant(padded[step], tf.int64)  # a host scalar: no device round trip
-        with tf.device(maker.device):  # the scope ends before the yield: it must not hold
-            batch = maker.resident_gather(users[step], size)  # over the caller's ops
-        yield batch
 
 
 def call_inputs(maker: BatchMaker, users: np.ndarray, padded: np.ndarray,

@@ -115,16 +115,6 @@ def kl_weight(batch: SparseBatch, step_idx: tf.Tensor, config: TrainConfig) -> t
     return config.kl_per_item * counts
 
 
-def make_train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
-                    config: TrainConfig, runtime: Runtime, phase: str = "joint") -> StepFn:
-    """``train_step``, compiled alone: one step per call (``--xla`` compiles it whole in a
-    world of one; each batch shape is its own trace, one compile per traced shape)."""
-    body = train_step(model, optimizer, config, runtime, phase)
-    if runtime.size == 1:
-        return tf.function(body, reduce_retracing=not config.xla, jit_compile=config.xla)
-    return tf.function(body, reduce_retracing=True)
-
-
 def compiles_whole(config: TrainConfig, runtime: Runtime) -> bool:
     """Whether XLA compiles ``train_step`` whole (and the loop around it): with ``--xla`` in a
     world of one. XLA cannot compile Horovod's collectives: ``train_step`` then compiles the
@@ -138,10 +128,9 @@ def train_step(model: MultVAE, optimizer: keras.optimizers.Optimizer,
     beta] and 1 if the optimizer skipped the step (float16 gradients overflowed), else 0.
     ``beta`` is the batch's mean KL weight under ``--kl-per-item``.
 
-    The update is returned as a Python function for the caller to compile (``--xla`` whole
-    when ``compiles_whole``): alone (``make_train_step``) or inside a loop of many steps per
-    call (``vaecf.train.calls``). In a world of more than one its halves around the
-    collectives are compiled here.
+    The update is returned as a Python function for the training loop to compile inside its
+    call of many steps (``vaecf.train.calls``; ``--xla`` whole when ``compiles_whole``). In a
+    world of more than one its halves around the collectives are compiled here.
 
     ``phase`` (``MultVAE.PHASES``): "joint" updates every variable; "encoder" only the
     encoder's, "decoder" only the decoder's with no input dropout (``--alternate``: the
