@@ -64,6 +64,15 @@ def test_without_epochs_training_stops_after_patience_epochs_without_a_gain(
     assert ran_again == [] and (again.state.epoch, again.state.best_epoch) == (4, 2)
 
 
+def test_only_a_validated_epoch_can_stop_the_run(tmp_path, monkeypatch) -> None:
+    """With --validate-every 2 and --patience 3, epoch 5 is 3 epochs past the best (epoch 2)
+    but nobody saw its score: the run goes on, and epoch 6's validation finds a gain."""
+    trainer, ran = make_trainer(tmp_path, monkeypatch, patience=3, validate_every=2,
+                                max_epochs=7)
+    trainer.fit()
+    assert ran == [1, 2, 3, 4, 5, 6, 7] and trainer.state.best_epoch == 7
+
+
 def test_a_longer_patience_trains_on_and_the_cap_ends_the_run(tmp_path, monkeypatch) -> None:
     trainer, ran = make_trainer(tmp_path, monkeypatch, patience=3, max_epochs=6)
     trainer.fit()

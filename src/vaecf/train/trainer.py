@@ -226,9 +226,11 @@ class Trainer:
     def _fit(self, stop: checkpoint.StopRequest) -> None:
         first, saved = True, time.monotonic()
         last = self.config.epoch_cap
+        if self._patience_spent(self.state.epoch):  # a resumed run that had stopped
+            return
+        # Stopping is decided at validated epochs only (``stopping`` below): with
+        # --validate-every N, never after an epoch whose score nobody saw.
         for epoch in range(self.state.epoch + 1, last + 1):
-            if self._patience_spent(self.state.epoch):  # a resumed run that had stopped
-                break
             with log.summarised():  # in a log, the epoch's one line is ``_describe``
                 record = self._run_epoch(epoch, broadcast_after_first=first)
                 first = False
