@@ -33,6 +33,16 @@ def split_s3(uri: str) -> tuple[str, str]:
     return bucket, key.strip("/")
 
 
+# What boto3 reads from the environment to reach the store (credentials included).
+ENVIRONMENT = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+               "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION")
+
+
+def environment() -> dict[str, str]:
+    """This process's ``ENVIRONMENT`` variables that are set."""
+    return {name: os.environ[name] for name in ENVIRONMENT if name in os.environ}
+
+
 def client() -> Any:
     """A boto3 S3 client configured for AWS and S3-compatible servers."""
     import boto3

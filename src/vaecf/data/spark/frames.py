@@ -87,9 +87,11 @@ def sorted_parts(frame: DataFrame, order: list[str], uri: str, name: str,
       row per part), never the rows.
     """
     from vaecf.data.spark.pieces import PARTS, write_part
+    from vaecf.data.spark.raw import task_environment
 
     written = frame.orderBy(*order).mapInArrow(
-        partial(write_part, uri=uri, name=name, schema=schema), from_arrow_schema(PARTS))
+        partial(write_part, uri=uri, name=name, schema=schema,
+                environment=task_environment(frame.sparkSession)), from_arrow_schema(PARTS))
     return {row["name"]: {"sha256": row["sha256"], "bytes": int(row["bytes"]),
                           "rows": int(row["rows"])}
             for row in sorted(written.collect(), key=lambda row: row["partition"])}

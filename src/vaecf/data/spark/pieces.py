@@ -21,6 +21,7 @@ the block, whatever the file's size.
 from __future__ import annotations
 
 import json
+import os
 import re
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -225,10 +226,21 @@ def _ids(values: np.ndarray | pa.DictionaryArray) -> pa.Array:
     return pa.array(values, pa.int64())
 
 
+def with_store(environment: dict[str, str]) -> None:
+    """A task's way to the object store: ``environment`` (``vaecf.io.storage.ENVIRONMENT``)
+    is what a local master's driver passes on (its tasks run on its machine, as its
+    children); on a cluster it is empty, and the executors use their own (the Secret the
+    driver's pod has too: ``vaecf.k8s.sparkapp``). The driver never sends credentials over
+    the network."""
+    os.environ.update(environment)
+
+
 def read_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
-                forms: list[FileFormat], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+                forms: list[FileFormat], schema: pa.Schema,
+                environment: dict[str, str]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow``'s function: the rows of the pieces named by ``batches`` (column
     ``piece``), then each piece's report (a JSON text in ``_report``; null in data rows)."""
+    with_store(environment)
     for batch in batches:
         for index in batch.column("piece").to_pylist():
             piece = pieces[index]
@@ -252,10 +264,11 @@ def read_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
 
 
 def read_parquet_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
-                        columns: dict[str, str], where: str, schema: pa.Schema
-                        ) -> Iterator[pa.RecordBatch]:
+                        columns: dict[str, str], where: str, schema: pa.Schema,
+                        environment: dict[str, str]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow``'s function: the ``columns`` of the row groups named by ``batches``
     (column ``piece``), read by the bounded Parquet reader, as ``schema``'s types."""
+    with_store(environment)
     for batch in batches:
         for index in batch.column("piece").to_pylist():
             piece = pieces[index]
@@ -266,9 +279,11 @@ def read_parquet_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
 DIGESTS = pa.schema([("name", pa.string()), ("sha256", pa.string()), ("bytes", pa.int64())])
 
 
-def file_digests(batches: Iterable[pa.RecordBatch], uri: str) -> Iterator[pa.RecordBatch]:
+def file_digests(batches: Iterable[pa.RecordBatch], uri: str, environment: dict[str, str]
+                 ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow``'s function: (name, SHA-256, bytes) of the files below ``uri`` named by
     ``batches`` (column ``name``), each streamed by the task from where it lies."""
+    with_store(environment)
     for batch in batches:
         for name in batch.column("name").to_pylist():
             digest, size = sha256_source(f"{uri.rstrip('/')}/{name}")
@@ -281,8 +296,8 @@ PARTS = pa.schema([("partition", pa.int32()), ("name", pa.string()), ("sha256", 
                    ("bytes", pa.int64()), ("rows", pa.int64())])
 
 
-def write_part(batches: Iterable[pa.RecordBatch], uri: str, name: str, schema: pa.Schema
-               ) -> Iterator[pa.RecordBatch]:
+def write_part(batches: Iterable[pa.RecordBatch], uri: str, name: str, schema: pa.Schema,
+               environment: dict[str, str]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow``'s function: the task's rows, in their order, written as one Parquet
     part ``<uri>/<name>/part-<partition>.parquet`` (``save_parquet_batches``, the pandas
     engine's options) through a file of the executor's own temporary folder, uploaded by the
@@ -290,6 +305,7 @@ def write_part(batches: Iterable[pa.RecordBatch], uri: str, name: str, schema: p
     retried task writes the same part again under the same name."""
     from pyspark import TaskContext
 
+    with_store(environment)
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
     with tempfile.TemporaryDirectory(prefix="vaecf-part-") as folder:

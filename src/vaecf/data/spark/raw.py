@@ -98,7 +98,8 @@ def read_raw(spark: SparkSession, reader: str, files: list[DataFile], names: lis
     pieces, split = _pieces(files[:len(forms)], forms, groups,
                             spark.sparkContext.defaultParallelism)
     parsed = _task_frame(spark, _tasks(pieces, split)).mapInArrow(
-        partial(read_pieces, pieces=pieces, forms=forms, schema=arrow),
+        partial(read_pieces, pieces=pieces, forms=forms, schema=arrow,
+                environment=task_environment(spark)),
         from_arrow_schema(arrow)).persist()
     try:
         found = [Report(**json.loads(row[0])) for row in
@@ -133,7 +134,8 @@ def read_parquet_ids(spark: SparkSession, paths: list[Path | str], names: list[s
     split = _split_size(sum(p.size for p in pieces), spark.sparkContext.defaultParallelism)
     return _task_frame(spark, _tasks(pieces, split)).mapInArrow(
         partial(read_parquet_pieces, pieces=pieces, columns=columns,
-                where=where or str(paths[0]), schema=arrow), from_arrow_schema(arrow))
+                where=where or str(paths[0]), schema=arrow,
+                environment=task_environment(spark)), from_arrow_schema(arrow))
 
 
 def check_files(spark: SparkSession, uri: str, manifest: str, files: dict[str, dict]) -> None:
@@ -145,11 +147,21 @@ def check_files(spark: SparkSession, uri: str, manifest: str, files: dict[str, d
     if not names:
         return
     found = spark.createDataFrame([(name,) for name in names], "name string").repartition(
-        len(names)).mapInArrow(partial(file_digests, uri=uri), from_arrow_schema(DIGESTS))
+        len(names)).mapInArrow(partial(file_digests, uri=uri,
+                                       environment=task_environment(spark)),
+                               from_arrow_schema(DIGESTS))
     digests = {row["name"]: row["sha256"] for row in found.collect()}
     for name in names:
         if digests.get(name) != files[name]["sha256"]:
             raise VaecfError(f"{uri.rstrip('/')}/{name}: SHA-256 does not match {manifest}")
+
+
+def task_environment(spark: SparkSession) -> dict[str, str]:
+    """What the tasks need to reach the object store from this driver: its
+    ``storage.ENVIRONMENT`` under a local master (the tasks are its own children; a session
+    started before the variables were set has Python workers without them), nothing on a
+    cluster (``pieces.with_store``)."""
+    return storage.environment() if str(spark.sparkContext.master).startswith("local") else {}
 
 
 def _task_frame(spark: SparkSession, tasks: list[list[int]]) -> DataFrame:
