@@ -61,7 +61,7 @@ def publish(output: str, manifest: str, inputs: Iterable[str | None] = ()) -> It
                     yield staging
                 held.check()
                 check_output(output, manifest, sources)
-                storage.upload_dir(staging, output, first=manifest, remote=remote)
+                storage.upload_dir(staging, output, first=manifest, remote=f"{remote}/out")
             finally:
                 del _REMOTE[staging]
                 storage.delete_prefix(remote)
@@ -85,7 +85,16 @@ def remote_staging(staging: Path) -> str | None:
     is ``s3://``: where a cluster's tasks write the output's large files themselves (the
     parts of a Spark engine's output), published with the folder's files by a copy inside
     the store, removed on failure; None for a local output (the folder is the staging)."""
-    return _REMOTE.get(staging)
+    area = _REMOTE.get(staging)
+    return None if area is None else f"{area}/out"
+
+
+def remote_scratch(staging: Path) -> str | None:
+    """Beside ``remote_staging``, a prefix never published and removed with it: where the
+    driver puts files a cluster's tasks must read that only it holds (an archive's members
+    it extracted); None for a local output."""
+    area = _REMOTE.get(staging)
+    return None if area is None else f"{area}/scratch"
 
 
 def _remote_area(output: str) -> str:

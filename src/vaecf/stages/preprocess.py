@@ -34,7 +34,7 @@ from vaecf.io import (
     write_manifest,
 )
 from vaecf.io.manifest import read_remote_manifest
-from vaecf.io.publish import remote_staging
+from vaecf.io.publish import remote_scratch, remote_staging
 from vaecf.io.roles import Role
 from vaecf.stages import location, new_parser, run_stage
 
@@ -128,15 +128,15 @@ def run(config: PreprocessConfig) -> None:
 def _in_place(config: PreprocessConfig) -> bool:
     """Whether the Spark engine's tasks read the download where it lies (``s3://``, plain
     files, checked by the tasks): nothing is copied to the driver. An archive is still
-    fetched and opened by the driver (its members are not byte ranges of an object)."""
+    fetched and opened by the driver (its members are not byte ranges of an object), which
+    puts them where a cluster's tasks read them (``share_files``)."""
     if config.engine != "spark" or not is_s3(config.input):
         return False
     download = read_remote_manifest(config.input, "download")
     names = [str(record.get("name", "")) for record in download.get("downloads") or []
              if isinstance(record, dict)]
     if any(is_archive(name) for name in names):
-        log.info(f"{config.input}: an archive: the driver fetches and opens it, its members "
-                 "are read from the driver's copy (a shared disk or a local master)")
+        log.info(f"{config.input}: an archive: the driver fetches and opens it")
         return False
     return True
 
@@ -162,7 +162,7 @@ def _spark(dataset: Dataset, source: Path | str, names: list[str], extracted: Pa
 
     with spark_session(output.parent) as spark:
         from vaecf.data.spark import preprocess as engine
-        from vaecf.data.spark.raw import check_files
+        from vaecf.data.spark.raw import check_files, share_files
         from vaecf.data.spark.raw import read_raw as read_frame
 
         found = READERS[dataset.reader]
@@ -170,7 +170,9 @@ def _spark(dataset: Dataset, source: Path | str, names: list[str], extracted: Pa
             check_files(spark, source, manifest_name("download"), listed)
             files = remote_data_files(source, names, found.match)
         else:
-            files = find_data_files(source, names, found.match, extracted, found.archives)
+            files = share_files(spark, find_data_files(source, names, found.match, extracted,
+                                                       found.archives),
+                                remote_scratch(output.parent))
         raw = read_frame(spark, dataset.reader, files, names, str(source), table)
         log.info(f"{dataset.name}: parsed {len(files)} file(s) on Spark")
         pairs, counts = engine.preprocess(raw, filters, files_read(f.label for f in files))

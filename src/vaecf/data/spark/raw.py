@@ -156,12 +156,35 @@ def check_files(spark: SparkSession, uri: str, manifest: str, files: dict[str, d
             raise VaecfError(f"{uri.rstrip('/')}/{name}: SHA-256 does not match {manifest}")
 
 
+def local_master(spark: SparkSession) -> bool:
+    """Whether the tasks run in this driver's machine (``local[*]``), seeing its files."""
+    return str(spark.sparkContext.master).startswith("local")
+
+
 def task_environment(spark: SparkSession) -> dict[str, str]:
     """What the tasks need to reach the object store from this driver: its
     ``storage.ENVIRONMENT`` under a local master (the tasks are its own children; a session
     started before the variables were set has Python workers without them), nothing on a
     cluster (``pieces.with_store``)."""
-    return storage.environment() if str(spark.sparkContext.master).startswith("local") else {}
+    return storage.environment() if local_master(spark) else {}
+
+
+def share_files(spark: SparkSession, files: list[DataFile], scratch: str | None
+                ) -> list[DataFile]:
+    """``files`` where a cluster's tasks can read them: those only this driver holds (the
+    members of an archive it extracted, a local input) put in ``scratch`` (the output's
+    ``remote_scratch``) first, one after the other. Under a local master, or without a
+    scratch prefix (a local output: a shared disk is assumed), ``files`` as they are."""
+    if scratch is None or local_master(spark):
+        return files
+    shared = []
+    for index, file in enumerate(files):
+        if isinstance(file.path, Path):
+            uri = f"{scratch}/{index}-{file.path.name}"
+            storage.upload_file(file.path, uri)
+            file = DataFile(file.label, uri)
+        shared.append(file)
+    return shared
 
 
 def _task_frame(spark: SparkSession, tasks: list[list[int]]) -> DataFrame:
