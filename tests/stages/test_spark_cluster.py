@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from test_spark_engine import assert_same_split
-from test_spark_object_storage import _parts_table, _synthetic
+from test_spark_object_storage import _parts_table
 
 import vaecf.data.spark
 from vaecf.data.preprocess import INTERACTIONS
@@ -122,23 +122,54 @@ def _said(done: subprocess.CompletedProcess[str]) -> str:
     return "\n".join(line for line in lines if not line.lstrip().startswith("at "))[-6000:]
 
 
-def test_spark_on_a_cluster_without_a_shared_disk_equals_pandas(  # type: ignore[no-untyped-def]
-        cli, cluster: dict[str, str], s3_bucket: str, tmp_path: Path) -> None:
-    raw = _synthetic(cli, s3_bucket)
-    interactions, split = f"s3://{s3_bucket}/interactions", f"s3://{s3_bucket}/split"
-    done = _vaecf(cluster, "preprocess", "--input", raw, "--output", interactions,
-                  "--engine", "spark")
-    assert done.returncode == 0, _said(done)
-    assert f"master {cluster['MASTER']}" in done.stdout
-    code, _, err = cli("preprocess", "--input", raw, "--output", tmp_path / "pandas")
+@pytest.fixture(scope="module")
+def published(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+              ) -> Iterator[dict[str, str]]:
+    """A synthetic download at ``s3://vaecf-cluster/raw`` and its Spark preprocess on the
+    cluster (``preprocess``: its output, ``done``: the driver's output lines)."""
+    import boto3
+
+    from vaecf.cli import main
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name in (*_CREDENTIALS, "AWS_ENDPOINT_URL"):
+            patch.setenv(name, cluster[name])
+        boto3.client("s3").create_bucket(Bucket="vaecf-cluster")
+        raw, interactions = "s3://vaecf-cluster/raw", "s3://vaecf-cluster/interactions"
+        assert main(["download", "--dataset", "synthetic", "--synthetic-users", "240",
+                     "--synthetic-items", "90", "--output", raw]) == 0
+        done = _vaecf(cluster, "preprocess", "--input", raw, "--output", interactions,
+                      "--engine", "spark")
+        assert done.returncode == 0, _said(done)
+        yield {"raw": raw, "preprocess": interactions, "done": done.stdout}
+
+
+@pytest.fixture()
+def s3_env(cluster: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process reaches the cluster's object store (the pandas engine's runs)."""
+    for name in (*_CREDENTIALS, "AWS_ENDPOINT_URL"):
+        monkeypatch.setenv(name, cluster[name])
+
+
+@pytest.mark.usefixtures("s3_env")
+def test_preprocess_on_a_cluster_without_a_shared_disk_equals_pandas(  # type: ignore[no-untyped-def]
+        cli, cluster: dict[str, str], published: dict[str, str], tmp_path: Path) -> None:
+    assert f"master {cluster['MASTER']}" in published["done"]
+    code, _, err = cli("preprocess", "--input", published["raw"], "--output",
+                       tmp_path / "pandas")
     assert code == 0, err
     pandas: pa.Table = pq.read_table(tmp_path / "pandas" / INTERACTIONS)
-    assert pandas.num_rows > 0 and _parts_table(interactions).equals(pandas)
+    assert pandas.num_rows > 0 and _parts_table(published["preprocess"]).equals(pandas)
 
-    done = _vaecf(cluster, "split", "--input", interactions, "--output", split,
+
+@pytest.mark.usefixtures("s3_env")
+def test_split_on_a_cluster_without_a_shared_disk_equals_pandas(  # type: ignore[no-untyped-def]
+        cli, cluster: dict[str, str], published: dict[str, str], tmp_path: Path) -> None:
+    split = f"s3://vaecf-cluster/split-{tmp_path.name}"
+    done = _vaecf(cluster, "split", "--input", published["preprocess"], "--output", split,
                   "--engine", "spark")
     assert done.returncode == 0, _said(done)
-    code, _, err = cli("split", "--input", tmp_path / "pandas", "--output",
+    code, _, err = cli("split", "--input", published["preprocess"], "--output",
                        tmp_path / "split-pandas")
     assert code == 0, err
     download_dir(split, tmp_path / "split-spark")

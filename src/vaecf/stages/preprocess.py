@@ -12,6 +12,7 @@ from typing import Any
 from vaecf import log
 from vaecf.data.datasets import Dataset, get_dataset, release_of
 from vaecf.data.preprocess import (
+    INTERACTIONS,
     PARTS,
     PROTOCOLS,
     FilterConfig,
@@ -39,7 +40,7 @@ from vaecf.io.roles import Role
 from vaecf.stages import location, new_parser, run_stage
 
 STAGE = "preprocess"
-OUTPUT_FILE = "interactions.parquet"
+OUTPUT_FILE = INTERACTIONS
 
 
 ENGINES = ("pandas", "spark")
