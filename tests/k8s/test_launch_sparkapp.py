@@ -320,11 +320,11 @@ def test_the_application_sent_validates_against_the_crd(env, cli, monkeypatch) -
     jsonschema.validate(post.body, crd_schema("sparkapplication-crd-v1beta2.yaml"))
     spec = post.body["spec"]
     assert spec["driver"]["memory"] == "2g"
-    env_refs = {e["valueFrom"]["secretKeyRef"]["name"]
-                for e in sparkapp.container(spec, "driver")["env"] if "valueFrom" in e}
+    env_refs = {e["valueFrom"]["secretKeyRef"]["name"] for role in ("driver", "executor")
+                for e in sparkapp.container(spec, role)["env"] if "valueFrom" in e}
     assert env_refs == {"minio"}
     assert sparkapp.pod_spec(spec, "driver")["activeDeadlineSeconds"] == 86400
-    assert json.dumps(spec).count(f'"subPath": "{APP["preprocess"]}"') == 2
+    assert json.dumps(spec).count(f'"subPath": "{APP["preprocess"]}"') == 1  # the driver's
 
 
 @pytest.mark.parametrize(("role", "where", "key"), [

@@ -138,15 +138,16 @@ def pod_annotation(spec: dict[str, Any], role: str) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(APPS))
-def test_only_the_driver_reads_the_secret_and_by_reference(name) -> None:
+def test_driver_and_executors_read_the_same_secret_by_reference(name) -> None:
+    """The executors' tasks read and write object storage themselves: the same Secret."""
     spec = APPS[name]["spec"]
-    driver = {e["name"]: e for e in sparkapp.container(spec, "driver")["env"]}
-    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
-        assert "value" not in driver[variable]
-        assert driver[variable]["valueFrom"]["secretKeyRef"]["key"] == variable
-    refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in driver.values() if "valueFrom" in e}
-    assert refs == {"minio-creds" if name == "rendered-large" else "vaecf-s3"}
-    assert not sparkapp.container(spec, "executor").get("env")
+    for role in ROLES:
+        env = {e["name"]: e for e in sparkapp.container(spec, role)["env"]}
+        for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+            assert "value" not in env[variable]
+            assert env[variable]["valueFrom"]["secretKeyRef"]["key"] == variable
+        refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in env.values() if "valueFrom" in e}
+        assert refs == {"minio-creds" if name == "rendered-large" else "vaecf-s3"}, role
     # no pod-spec fields that only the operator's mutating webhook applies
     for role in ROLES:
         assert not {"env", "envFrom", "volumeMounts", "securityContext", "podSecurityContext",
@@ -155,21 +156,18 @@ def test_only_the_driver_reads_the_secret_and_by_reference(name) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(APPS))
-def test_driver_and_executors_share_the_scratch_folder(name) -> None:
+def test_no_pod_needs_a_shared_volume(name) -> None:
+    """The driver stages on its own disk (an emptyDir, its $TMPDIR); the executors mount
+    nothing: no ReadWriteMany volume is needed (``scratch.yaml`` is the optional one)."""
     spec = APPS[name]["spec"]
-    (claim,) = yaml.safe_load_all((SPARK / "scratch.yaml").read_text())
-    mounts = []
-    for role in ROLES:
-        pod = sparkapp.pod_spec(spec, role)
-        (volume,) = [v for v in pod["volumes"] if v["name"] == sparkapp.SCRATCH_VOLUME]
-        assert volume["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
-        (mount,) = [m for m in sparkapp.container(spec, role)["volumeMounts"]
-                    if m["name"] == sparkapp.SCRATCH_VOLUME]
-        mounts.append((mount["mountPath"], mount["subPath"]))
-    assert mounts[0] == mounts[1]  # the same files at the same path in every pod
-    assert mounts[0][1] == APPS[name]["metadata"]["name"]  # one folder per application
+    (volume,) = sparkapp.pod_spec(spec, "driver")["volumes"]
+    assert volume == {"name": sparkapp.SCRATCH_VOLUME, "emptyDir": {}}
+    (mount,) = sparkapp.container(spec, "driver")["volumeMounts"]
     tmpdir = {e["name"]: e.get("value") for e in sparkapp.container(spec, "driver")["env"]}
-    assert tmpdir["TMPDIR"] == mounts[0][0]
+    assert tmpdir["TMPDIR"] == mount["mountPath"]
+    assert not sparkapp.pod_spec(spec, "executor").get("volumes")
+    assert not sparkapp.container(spec, "executor").get("volumeMounts")
+    (claim,) = yaml.safe_load_all((SPARK / "scratch.yaml").read_text())
     assert "ReadWriteMany" in claim["spec"]["accessModes"]
     kubernetes_validate.validate(claim, K8S_VERSION, strict=True)
 
@@ -212,7 +210,7 @@ def test_rbac_grants_the_launcher_and_the_driver_only_what_they_call() -> None:
 
 def test_kustomization_references_existing_files() -> None:
     kustomization = yaml.safe_load((SPARK / "kustomization.yaml").read_text())
-    assert kustomization["resources"] == ["rbac.yaml", "scratch.yaml"]
+    assert kustomization["resources"] == ["rbac.yaml"]
     assert all((SPARK / r).is_file() for r in kustomization["resources"])
     assert sparkapp.default_template().resolve() == SPARK / "sparkapplication.yaml"
 

@@ -25,10 +25,15 @@ import pyarrow as pa
 from vaecf.data.readers import RawInteractions, concat_ids
 from vaecf.data.splits import save_parquet
 from vaecf.errors import VaecfError
-from vaecf.io.readers import check_ids
+from vaecf.io.readers import check_ids, field
 
 Ids: TypeAlias = "np.ndarray | pd.Categorical"
 PROTOCOLS = ("mission", "paper")
+INTERACTIONS = "interactions.parquet"
+# The folder of its parts (part-<n>.parquet), where the tasks of the Spark engine write them
+# for an s3:// output; the manifest's ``parts`` lists them in order.
+INTERACTIONS_PARTS = "interactions"
+PARTS = "parts"
 # mission: DESIGN.md section 4; paper: Liang et al. 2018 (users >= 5, items not filtered).
 PRESETS: dict[str, dict[str, int]] = {
     "mission": {"min_user_items": 5, "min_item_users": 5},
@@ -258,3 +263,19 @@ def filter_config(protocol: str, min_rating: float | None = None, min_plays: int
 def write_interactions(path: Path, result: Interactions) -> None:
     """``interactions.parquet``: columns user_id, item_id (raw ids), one row per positive."""
     save_parquet(path, pa.table({"user_id": result.user_id, "item_id": result.item_id}))
+
+
+def interactions_files(manifest: dict[str, Any], where: str) -> list[str]:
+    """The files that hold ``interactions.parquet``'s rows, in order, as a preprocess
+    manifest lists them: the file itself, or the parts the Spark engine's tasks wrote to an
+    ``s3://`` output (the manifest's ``parts``, each also listed with its checksum)."""
+    parts = manifest.get(PARTS)
+    if parts is None:
+        return [INTERACTIONS]
+    names = field(field(manifest, PARTS, where, "dict"), INTERACTIONS, f"{where}: {PARTS}",
+                  "list")
+    listed = field(manifest, "files", where, "dict")
+    if not names or not all(isinstance(n, str) and n in listed for n in names):
+        raise VaecfError(f"{where}: {PARTS}: {INTERACTIONS}: expected the names of files it "
+                         "lists")
+    return list(names)

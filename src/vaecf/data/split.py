@@ -125,10 +125,10 @@ def split_interactions(interactions: pd.DataFrame, config: SplitConfig) -> Split
     return split_codes(user_pos, user_ids, item_pos, item_ids, config)
 
 
-def split_parquet(path: Path, config: SplitConfig) -> SplitResult:
-    """``split_interactions`` of an ``interactions.parquet``, reading one column at a time
-    and keeping only its int32 codes: 8 bytes per pair, never the ids of every row (16
-    bytes, or a Python string per row of text ids)."""
+def split_parquet(path: Path | list[Path], config: SplitConfig) -> SplitResult:
+    """``split_interactions`` of an ``interactions.parquet`` (or its parts, read one after
+    the other), reading one column at a time and keeping only its int32 codes: 8 bytes per
+    pair, never the ids of every row (16 bytes, or a Python string per row of text ids)."""
     codes = [_column_codes(path, name) for name in ("user_id", "item_id")]
     (user_pos, user_ids), (item_pos, item_ids) = codes
     del codes
@@ -143,13 +143,17 @@ def _sorted_codes(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return codes.astype(np.int32), np.asarray(distinct)
 
 
-def _column_codes(path: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """``_sorted_codes`` of the column ``name`` of a Parquet file, dictionary-encoded by
-    pyarrow: one value per distinct id, an int32 index per row. Text sorts by its UTF-8
-    bytes, which is code point order (Python's, and ``np.unique``'s)."""
-    ids = read_parquet(path, {name: IDS}).column(name)
+def _column_codes(path: Path | list[Path], name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``_sorted_codes`` of the column ``name`` of a Parquet file (or of parts, in order),
+    dictionary-encoded by pyarrow: one value per distinct id, an int32 index per row. Text
+    sorts by its UTF-8 bytes, which is code point order (Python's, and ``np.unique``'s)."""
+    paths = path if isinstance(path, list) else [path]
+    columns = [read_parquet(p, {name: IDS}).column(name) for p in paths]
+    ids = pa.chunked_array([c for column in columns for c in column.chunks], columns[0].type)
+    del columns
     if ids.null_count:
-        raise VaecfError(f"{path}: column {name}: {ids.null_count:,} empty ids")
+        raise VaecfError(f"{path if len(paths) == 1 else paths[0].parent}: column {name}: "
+                         f"{ids.null_count:,} empty ids")
     encoded = pa.table({name: pc.dictionary_encode(ids)}).unify_dictionaries().column(name)
     del ids
     chunks = encoded.chunks

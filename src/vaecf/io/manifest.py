@@ -18,8 +18,9 @@ from typing import Any
 
 import vaecf
 from vaecf.errors import VaecfError
+from vaecf.io import storage
 from vaecf.io.paths import inside
-from vaecf.io.readers import field, read_json
+from vaecf.io.readers import JSON_LIMIT, decode, field, parse_json, read_json
 
 # Manifests named after what they describe rather than the stage that writes them.
 _WRITER = {"dataset": "split"}
@@ -50,12 +51,15 @@ def manifest_name(stage: str) -> str:
 
 def write_manifest(directory: Path, stage: str, *, inputs: dict[str, Any],
                    parameters: dict[str, Any], counts: dict[str, Any],
-                   started: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+                   started: float, extra: dict[str, Any] | None = None,
+                   written: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write ``<stage>_manifest.json`` describing every other file in ``directory``.
 
     Args:
       started: ``time.monotonic()`` when the stage started (for the wall time).
       extra: stage-specific fields that later stages read (e.g. the split's shapes).
+      written: files of the output written elsewhere (the parts a cluster's tasks put in
+        the S3 staging prefix), each with the ``sha256`` and ``bytes`` its writer measured.
     """
     name = manifest_name(stage)
     files = {
@@ -64,6 +68,7 @@ def write_manifest(directory: Path, stage: str, *, inputs: dict[str, Any],
         for path in sorted(directory.rglob("*"))
         if path.is_file() and path.name != name
     }
+    files = dict(sorted({**files, **(written or {})}.items()))
     manifest: dict[str, Any] = {
         "stage": stage,
         "inputs": inputs,
@@ -104,3 +109,43 @@ def read_manifest(directory: Path, stage: str, required: Iterable[str] = ()) -> 
         if sha256_file(file) != entry["sha256"]:
             raise VaecfError(f"{file}: SHA-256 does not match {path.name}")
     return manifest
+
+
+def read_remote_manifest(uri: str, stage: str, required: Iterable[str] = ()
+                         ) -> dict[str, Any]:
+    """``read_manifest`` of a published ``s3://`` output read in place: its marker, its
+    manifest and that every listed file is there, without reading the files. The caller
+    checks their SHA-256 where they are read (a Spark engine's tasks: ``files_differ``)."""
+    keys = set(storage.list_keys(uri))
+    where = f"{uri.rstrip('/')}/{manifest_name(stage)}"
+    origin = f"is {uri} the output of 'vaecf {_WRITER.get(stage, stage)}'?"
+    if storage.SUCCESS_MARKER not in keys:
+        raise VaecfError(f"{uri}: no {storage.SUCCESS_MARKER} marker (incomplete or "
+                         "unpublished output)")
+    if manifest_name(stage) not in keys:
+        raise VaecfError(f"{where}: manifest missing ({origin})")
+    manifest: dict[str, Any] = parse_json(decode(storage.read_object(where, JSON_LIMIT),
+                                                 where), where)
+    files = field(manifest, "files", where, "dict")
+    for rel, entry in files.items():
+        field(entry, "sha256", f"{where}: files: {rel}", "str")
+        field(entry, "bytes", f"{where}: files: {rel}", "int")
+    for rel in required:
+        if rel not in files:
+            raise VaecfError(f"{uri.rstrip('/')}/{rel}: not listed in {manifest_name(stage)} "
+                             f"({origin})")
+    missing = sorted(set(files) - keys)
+    if missing:
+        raise VaecfError(f"{uri.rstrip('/')}/{missing[0]}: listed in {manifest_name(stage)} "
+                         "but missing")
+    return manifest
+
+
+def sha256_source(path: str | Path) -> tuple[str, int]:
+    """SHA-256 (hex) and bytes of a local file or an ``s3://`` object, streamed."""
+    digest, size = hashlib.sha256(), 0
+    with storage.open_source(path) as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+            size += len(block)
+    return digest.hexdigest(), size

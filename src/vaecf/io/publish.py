@@ -11,7 +11,9 @@ import errno
 import hashlib
 import os
 import re
+import secrets
 import shutil
+import string
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -27,6 +29,8 @@ from vaecf.io.paths import inside
 _TEMP_SUFFIX = "[a-z0-9_]{8}"  # what tempfile.mkdtemp appends
 # A full disk or quota, a file too large, a read-only or failing device.
 DISK_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
+# The S3 staging prefix of each staging folder of an output bound for s3:// (remote_staging).
+_REMOTE: dict[Path, str] = {}
 
 
 @contextmanager
@@ -51,11 +55,16 @@ def publish(output: str, manifest: str, inputs: Iterable[str | None] = ()) -> It
         with lease(output) as held, _private_tmp("publish") as area, holding(area):
             staging = area / "out"
             staging.mkdir()
-            with _writing(output, f"$TMPDIR ({area})"):
-                yield staging
-            held.check()
-            check_output(output, manifest, sources)
-            storage.upload_dir(staging, output, first=manifest)
+            _REMOTE[staging] = remote = _remote_area(output)
+            try:
+                with _writing(output, f"$TMPDIR ({area})"):
+                    yield staging
+                held.check()
+                check_output(output, manifest, sources)
+                storage.upload_dir(staging, output, first=manifest, remote=f"{remote}/out")
+            finally:
+                del _REMOTE[staging]
+                storage.delete_prefix(remote)
         return
     # The path the check resolved, symbolic links followed: ``l/../o`` is where ``l`` points
     # to, as the kernel reads it, not ``o`` beside ``l`` (``os.path.abspath``'s reading).
@@ -69,6 +78,39 @@ def publish(output: str, manifest: str, inputs: Iterable[str | None] = ()) -> It
         check_output(output, manifest, sources)
         target.parent.mkdir(parents=True, exist_ok=True)
         _replace_dir(staging, target, area.name.rsplit(".staging-", 1)[0])
+
+
+def remote_staging(staging: Path) -> str | None:
+    """The S3 staging prefix of ``staging`` (a ``publish`` block's folder) when the output
+    is ``s3://``: where a cluster's tasks write the output's large files themselves (the
+    parts of a Spark engine's output), published with the folder's files by a copy inside
+    the store, removed on failure; None for a local output (the folder is the staging)."""
+    area = _REMOTE.get(staging)
+    return None if area is None else f"{area}/out"
+
+
+def remote_scratch(staging: Path) -> str | None:
+    """Beside ``remote_staging``, a prefix never published and removed with it: where the
+    driver puts files a cluster's tasks must read that only it holds (an archive's members
+    it extracted); None for a local output."""
+    area = _REMOTE.get(staging)
+    return None if area is None else f"{area}/scratch"
+
+
+def _remote_area(output: str) -> str:
+    """A new S3 staging prefix beside ``output``, ``.<name>.staging-<8 characters>`` (which
+    the output-location rule keeps every stage out of); those a killed run of the same output
+    left are removed first (the caller holds the output's lease: no live run owns them)."""
+    bucket, key = storage.split_s3(output)
+    parent, _, name = key.rpartition("/")
+    start = f"{parent}/.{name}.staging-" if parent else f".{name}.staging-"
+    debris = re.compile(re.escape(start) + f"({_TEMP_SUFFIX})/.*", re.DOTALL)
+    stale = sorted({found.group(1) for k in storage.keys_starting(f"s3://{bucket}/{start}")
+                    if (found := debris.fullmatch(k))})
+    for token in stale:
+        storage.delete_prefix(f"s3://{bucket}/{start}{token}")
+    token = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+    return f"s3://{bucket}/{start}{token}"
 
 
 @contextmanager

@@ -157,7 +157,16 @@ INDEX = "index"  # contiguous indices: integers
 NUMBER = "number"  # integers or floats
 
 
-def read_parquet(path: Path, columns: Mapping[str, str], where: str | None = None, *,
+def _parquet_source(path: Path | str) -> Any:
+    """What pyarrow opens: a local path, or an ``s3://`` object read in place by ranged GETs
+    (a Spark engine's task reading its row groups)."""
+    from vaecf.io import storage
+
+    return storage.open_source(path) if isinstance(path, str) and storage.is_s3(path) \
+        else Path(path)
+
+
+def read_parquet(path: Path | str, columns: Mapping[str, str], where: str | None = None, *,
                  row_groups: Sequence[int] | None = None,
                  group_rows: Sequence[int] | None = None) -> Any:
     """The ``columns`` of a Parquet file as a ``pyarrow.Table``, each of its kind.
@@ -175,7 +184,7 @@ def read_parquet(path: Path, columns: Mapping[str, str], where: str | None = Non
 
     where = where or str(path)
     try:
-        with pq.ParquetFile(path) as parquet:
+        with pq.ParquetFile(_parquet_source(path)) as parquet:
             _check_schema(parquet.schema_arrow, columns, where)
             found = [parquet.metadata.row_group(g).num_rows
                      for g in range(parquet.metadata.num_row_groups)]
@@ -192,14 +201,14 @@ def read_parquet(path: Path, columns: Mapping[str, str], where: str | None = Non
         raise VaecfError(f"{where}: not a readable Parquet file ({str(err)[:200]})") from None
 
 
-def parquet_rows(path: Path, columns: Mapping[str, str], where: str | None = None) -> int:
+def parquet_rows(path: Path | str, columns: Mapping[str, str], where: str | None = None) -> int:
     """The number of rows of a Parquet file whose ``columns`` ``read_parquet`` would accept,
     read from its footer alone (no data page is read): for a check before the data is read,
     or read by an engine of its own (Spark)."""
     return sum(rows for rows, _ in parquet_groups(path, columns, where)[1])
 
 
-def parquet_groups(path: Path, columns: Mapping[str, str], where: str | None = None
+def parquet_groups(path: Path | str, columns: Mapping[str, str], where: str | None = None
                    ) -> tuple[Any, list[tuple[int, int]]]:
     """The Arrow schema of a Parquet file whose ``columns`` ``read_parquet`` would accept,
     and (rows, compressed bytes) of each of its row groups, from its footer alone."""
@@ -208,7 +217,12 @@ def parquet_groups(path: Path, columns: Mapping[str, str], where: str | None = N
 
     where = where or str(path)
     try:
-        metadata = pq.read_metadata(path)
+        source = _parquet_source(path)
+        try:
+            metadata = pq.read_metadata(source)
+        finally:
+            if not isinstance(source, Path):
+                source.close()
         schema = metadata.schema.to_arrow_schema()
         _check_schema(schema, columns, where)
         groups = [metadata.row_group(g) for g in range(metadata.num_row_groups)]

@@ -166,10 +166,11 @@ def render_app(template: dict[str, Any], params: SparkAppParams) -> dict[str, An
             if mount.get("name") == SCRATCH_VOLUME:
                 mount["subPath"] = params.name  # one folder per application
     spec["executor"]["instances"] = params.executors
-    for env in container(spec, "driver").get("env") or []:
-        ref = env.get("valueFrom", {}).get("secretKeyRef")
-        if ref is not None:
-            ref["name"] = params.secret_name
+    for role in ROLES:  # the executors' tasks reach object storage themselves
+        for env in container(spec, role).get("env") or []:
+            ref = env.get("valueFrom", {}).get("secretKeyRef")
+            if ref is not None:
+                ref["name"] = params.secret_name
     if params.active_deadline_seconds is not None:
         pod_spec(spec, "driver")["activeDeadlineSeconds"] = params.active_deadline_seconds
     return app

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ from typing import Any
 from vaecf import log
 from vaecf.data.datasets import Dataset, get_dataset, release_of
 from vaecf.data.preprocess import (
+    INTERACTIONS,
+    PARTS,
     PROTOCOLS,
     FilterConfig,
     files_read,
@@ -19,10 +22,11 @@ from vaecf.data.preprocess import (
     write_interactions,
 )
 from vaecf.data.readers import READERS, iter_raw, layout_of
-from vaecf.data.readers.archive import find_data_files
+from vaecf.data.readers.archive import find_data_files, is_archive, remote_data_files
 from vaecf.data.readers.interactions_table import TableColumns, recorded_columns
 from vaecf.errors import VaecfError
 from vaecf.io import (
+    is_s3,
     manifest_name,
     open_input,
     publish,
@@ -30,11 +34,13 @@ from vaecf.io import (
     scratch,
     write_manifest,
 )
+from vaecf.io.manifest import read_remote_manifest
+from vaecf.io.publish import remote_scratch, remote_staging
 from vaecf.io.roles import Role
 from vaecf.stages import location, new_parser, run_stage
 
 STAGE = "preprocess"
-OUTPUT_FILE = "interactions.parquet"
+OUTPUT_FILE = INTERACTIONS
 
 
 ENGINES = ("pandas", "spark")
@@ -75,30 +81,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(config: PreprocessConfig) -> None:
     started = time.monotonic()
-    with (publish(config.output, manifest_name(STAGE), [config.input]) as staging,
-          open_input(config.input) as raw_dir):
-        download = read_manifest(raw_dir, "download")
-        try:
-            dataset = get_dataset(download["dataset"])
-            names = [record["name"] for record in download["downloads"]]
-        except (KeyError, TypeError) as err:
-            raise VaecfError(f"{raw_dir}/download_manifest.json: missing field {err}") from None
-        unchecked = sorted(set(map(str, names)) - set(download["files"]))
-        if unchecked:  # read_manifest checked the SHA-256 of the listed files only
-            raise VaecfError(f"{raw_dir}/download_manifest.json: downloads[].name "
-                             f"{unchecked[0]!r} is not one of its checksummed files")
-        where = f"{raw_dir}/download_manifest.json"
-        table = recorded_columns(download, where) if dataset.reader == "table" else None
-        with scratch(staging) as extracted:
-            if config.engine == "spark":
-                read, counts = _spark(dataset, raw_dir, names, extracted, table,
-                                            config.filters, staging / OUTPUT_FILE)
-            else:
-                read, counts = _pandas(dataset, raw_dir, names, extracted, table,
-                                             config.filters, staging / OUTPUT_FILE)
+    with publish(config.output, manifest_name(STAGE), [config.input]) as staging:
+        remote = _in_place(config)
+        with (nullcontext(None) if remote else open_input(config.input)) as raw_dir:
+            download = (read_remote_manifest(config.input, "download") if raw_dir is None
+                        else read_manifest(raw_dir, "download"))
+            source = config.input.rstrip("/") if raw_dir is None else raw_dir
+            try:
+                dataset = get_dataset(download["dataset"])
+                names = [record["name"] for record in download["downloads"]]
+            except (KeyError, TypeError) as err:
+                raise VaecfError(f"{source}/download_manifest.json: missing field {err}"
+                                 ) from None
+            unchecked = sorted(set(map(str, names)) - set(download["files"]))
+            if unchecked:  # the SHA-256 of the listed files alone is checked
+                raise VaecfError(f"{source}/download_manifest.json: downloads[].name "
+                                 f"{unchecked[0]!r} is not one of its checksummed files")
+            where = f"{source}/download_manifest.json"
+            table = recorded_columns(download, where) if dataset.reader == "table" else None
+            with scratch(staging) as extracted:
+                if config.engine == "spark":
+                    read, counts, written = _spark(dataset, source, names, extracted, table,
+                                                   config.filters, staging / OUTPUT_FILE,
+                                                   download["files"])
+                else:
+                    assert raw_dir is not None
+                    read, counts = _pandas(dataset, raw_dir, names, extracted, table,
+                                           config.filters, staging / OUTPUT_FILE)
+                    written = {}
         kept = counts["output"]
         log.info(f"{dataset.name}: {kept['rows']:,} positives of {kept['users']:,} users x "
                  f"{kept['items']:,} items ({counts['duplicates']:,} duplicate pairs removed)")
+        parts = {PARTS: {OUTPUT_FILE: list(written)}} if written else {}
         write_manifest(staging, STAGE, inputs={"input": config.input,
                                                "download_files": download["files"]},
                        parameters=asdict(config.filters), counts=counts, started=started,
@@ -107,7 +121,25 @@ def run(config: PreprocessConfig) -> None:
                               "layout": layout_of(dataset.reader, read),
                               "release": release_of(read),
                               "verified_release": download.get("verified_release"),
-                              **({"table": table.record()} if table else {})})
+                              **({"table": table.record()} if table else {}), **parts},
+                       written={name: {"sha256": entry["sha256"], "bytes": entry["bytes"]}
+                                for name, entry in written.items()})
+
+
+def _in_place(config: PreprocessConfig) -> bool:
+    """Whether the Spark engine's tasks read the download where it lies (``s3://``, plain
+    files, checked by the tasks): nothing is copied to the driver. An archive is still
+    fetched and opened by the driver (its members are not byte ranges of an object), which
+    puts them where a cluster's tasks read them (``share_files``)."""
+    if config.engine != "spark" or not is_s3(config.input):
+        return False
+    download = read_remote_manifest(config.input, "download")
+    names = [str(record.get("name", "")) for record in download.get("downloads") or []
+             if isinstance(record, dict)]
+    if any(is_archive(name) for name in names):
+        log.info(f"{config.input}: an archive: the driver fetches and opens it")
+        return False
+    return True
 
 
 def _pandas(dataset: Dataset, raw_dir: Path, names: list[str], extracted: Path,
@@ -121,22 +153,32 @@ def _pandas(dataset: Dataset, raw_dir: Path, names: list[str], extracted: Path,
     return list(result.files), result.counts
 
 
-def _spark(dataset: Dataset, raw_dir: Path, names: list[str], extracted: Path,
-           table: TableColumns | None, filters: FilterConfig, output: Path
-           ) -> tuple[list[str], dict[str, Any]]:
+def _spark(dataset: Dataset, source: Path | str, names: list[str], extracted: Path,
+           table: TableColumns | None, filters: FilterConfig, output: Path,
+           listed: dict[str, Any]) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+    """The Spark engine; ``source``: the download, a local folder or an ``s3://`` prefix
+    whose files the tasks check and read in place. Returns what the tasks wrote to the
+    output's S3 staging prefix (``remote_staging``), if the output is ``s3://``."""
     from vaecf.data.spark.session import spark_session
 
     with spark_session(output.parent) as spark:
         from vaecf.data.spark import preprocess as engine
+        from vaecf.data.spark.raw import check_files, share_files
         from vaecf.data.spark.raw import read_raw as read_frame
 
         found = READERS[dataset.reader]
-        files = find_data_files(raw_dir, names, found.match, extracted, found.archives)
-        raw = read_frame(spark, dataset.reader, files, names, str(raw_dir), table)
+        if isinstance(source, str):
+            check_files(spark, source, manifest_name("download"), listed)
+            files = remote_data_files(source, names, found.match)
+        else:
+            files = share_files(spark, find_data_files(source, names, found.match, extracted,
+                                                       found.archives),
+                                remote_scratch(output.parent))
+        raw = read_frame(spark, dataset.reader, files, names, str(source), table)
         log.info(f"{dataset.name}: parsed {len(files)} file(s) on Spark")
         pairs, counts = engine.preprocess(raw, filters, files_read(f.label for f in files))
-        engine.write_interactions(output, pairs)
-    return [f.label for f in files], counts
+        written = engine.write_interactions(output, pairs, remote_staging(output.parent))
+    return [f.label for f in files], counts, written
 
 
 def engine_flag(parser: argparse.ArgumentParser) -> None:

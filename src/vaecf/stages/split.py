@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from vaecf import log
+from vaecf.data.preprocess import interactions_files
 from vaecf.data.split import SplitConfig, split_parquet, write_split
 from vaecf.errors import VaecfError
-from vaecf.io import manifest_name, open_input, publish, read_manifest
+from vaecf.io import is_s3, manifest_name, open_input, publish, read_manifest
+from vaecf.io.manifest import read_remote_manifest
 from vaecf.io.roles import Role
 from vaecf.stages import location, new_parser, run_stage, seed
 from vaecf.stages.preprocess import engine_flag
@@ -100,9 +103,21 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def run(input_uri: str, output: str, given: str | None, args: argparse.Namespace) -> None:
     started = time.monotonic()
+    # The Spark engine's tasks read an s3:// input where it lies; the driver reads the manifest.
+    in_place = args.engine == "spark" and is_s3(input_uri)
     with (publish(output, manifest_name("dataset"), [input_uri]) as staging,
-          open_input(input_uri) as source):
-        manifest = read_manifest(source, "preprocess", required=["interactions.parquet"])
+          nullcontext(None) if in_place else open_input(input_uri) as source):
+        if source is None:
+            manifest = read_remote_manifest(input_uri, "preprocess")
+            where: Path | str = input_uri.rstrip("/")
+        else:
+            manifest = read_manifest(source, "preprocess")
+            where = source
+        files = interactions_files(manifest, f"{where}/preprocess_manifest.json")
+        unlisted = [name for name in files if name not in manifest["files"]]
+        if unlisted:
+            raise VaecfError(f"{where}/{unlisted[0]}: not listed in preprocess_manifest.json "
+                             f"(is {where} the output of 'vaecf preprocess'?)")
         dataset = str(manifest.get("dataset", "unknown"))
         chosen = resolve_protocol(given, manifest)
         protocol = str(chosen["protocol"])
@@ -114,24 +129,32 @@ def run(input_uri: str, output: str, given: str | None, args: argparse.Namespace
             "inputs": {"input": input_uri, "preprocess_files": manifest["files"]},
             "parameters": {**chosen, **asdict(config.split)}, "started": started}
         if args.engine == "spark":
-            written = _spark(source / "interactions.parquet", staging, config.split,
+            written = _spark(where, files, manifest["files"], staging, config.split,
                              extra={"dataset": dataset, "engine": "spark"}, **recorded)
         else:
-            result = split_parquet(source / "interactions.parquet", config.split)
+            assert source is not None
+            result = split_parquet([source / name for name in files], config.split)
             written = write_split(result, staging, dataset=dataset, **recorded)
         log.info(f"split: {written['n_users']} users, {written['n_items']:,} items "
                  f"(seed {config.split.seed})")
 
 
-def _spark(interactions: Path, staging: Path, config: SplitConfig,
-           **manifest: Any) -> dict[str, Any]:
+def _spark(source: Path | str, files: list[str], listed: dict[str, Any], staging: Path,
+           config: SplitConfig, **manifest: Any) -> dict[str, Any]:
+    """The Spark engine; ``source``: the interactions, a local folder or an ``s3://`` prefix
+    whose files the tasks check and read in place."""
     from vaecf.data.spark.session import spark_session
 
     with spark_session(staging) as spark:
         from vaecf.data.spark import split as engine
+        from vaecf.data.spark.raw import check_files
 
-        users, items, pairs, counts = engine.split(
-            engine.read_interactions(spark, interactions), config)
+        if isinstance(source, str):
+            check_files(spark, source, manifest_name("preprocess"), listed)
+            paths: list[Path | str] = [f"{source}/{name}" for name in files]
+        else:
+            paths = [source / name for name in files]
+        users, items, pairs, counts = engine.split(engine.read_interactions(spark, paths), config)
         return engine.write(staging, users, items, pairs, counts, **manifest)
 
 

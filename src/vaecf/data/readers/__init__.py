@@ -47,6 +47,7 @@ from vaecf.data.readers.pinterest import (
 )
 from vaecf.data.readers.table import CsvLayout, RawInteractions
 from vaecf.errors import VaecfError
+from vaecf.io import storage
 
 __all__ = ["KINDS", "READERS", "RawInteractions", "Reader", "TableColumns", "check_data_files",
            "concat_ids", "iter_raw", "layout_of", "read_raw", "text_layout"]
@@ -101,7 +102,7 @@ def text_layout(reader: str, file: DataFile, columns: TableColumns | None) -> Cs
     before parsing (an empty file, a header, Pinterest's first line); None for Parquet."""
     if reader == "table" and table_format(file.label) == "parquet":
         return None
-    if file.path.stat().st_size == 0:
+    if storage.source_size(file.path) == 0:
         raise VaecfError(f"{file.label}: file is empty")
     if reader == "table":
         if columns is None:
@@ -169,7 +170,7 @@ def iter_raw(reader: str, directory: Path, names: list[str], scratch: Path,
     bar = log.Progress(f"read {reader}", len(files), "files")
     for file in files:
         yield from read(file)
-        if file.path.is_relative_to(scratch):
+        if isinstance(file.path, Path) and file.path.is_relative_to(scratch):
             file.path.unlink()  # extracted copies can be large (Last.fm: 1.6 GB)
         bar.update(1)
     bar.close()

@@ -35,11 +35,12 @@ class DataFile:
 
     Attributes:
       label: how errors name it, e.g. ``ml-20m.zip:ml-20m/ratings.csv``.
-      path: a local file holding its bytes.
+      path: a local file holding its bytes, or an ``s3://`` object a Spark engine's tasks
+        read in place (``vaecf.io.storage.open_source``).
     """
 
     label: str
-    path: Path
+    path: Path | str
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,14 @@ def find_data_files(directory: Path, names: list[str], match: Match,
 
     found = _scan(directory, names, match, extract, str(directory), archives)
     return sorted(found, key=lambda f: f.label)
+
+
+def remote_data_files(uri: str, names: list[str], match: Match) -> list[DataFile]:
+    """``find_data_files`` of a download published at ``uri`` (``s3://``) whose data files
+    are plain files (``is_archive`` is false for all): each matching name as an object read
+    in place, in sorted label order."""
+    return [DataFile(name, f"{uri.rstrip('/')}/{relative_name(name, uri)}")
+            for name in sorted(names) if match(name)]
 
 
 def peek_data_files(directory: Path, names: list[str], match: Match, limit: int,

@@ -25,6 +25,7 @@ from vaecf.data.readers.table import (
     read_rows,
 )
 from vaecf.errors import VaecfError
+from vaecf.io import storage
 
 _DATA_FILE = re.compile(r"(pinterest-\d+)\.(train|test)\.rating")
 
@@ -63,7 +64,7 @@ def _rows(table: pa.Table) -> Rows | None:
 
 def file_layout(file: DataFile) -> CsvLayout:
     """3 or 4 columns, as the file's first line says."""
-    with open(file.path, "rb") as handle:
+    with storage.open_source(file.path) as handle:
         first = handle.readline()
     if not first.strip():
         raise VaecfError(f"{file.label}: file is empty")

@@ -20,6 +20,7 @@ import pyarrow.csv as pacsv
 
 from vaecf.data.readers.archive import DataFile
 from vaecf.errors import VaecfError
+from vaecf.io import storage
 
 LineCheck = Callable[[list[str]], str | None]
 RowsOf = Callable[[pa.Table], "Rows | None"]
@@ -139,7 +140,7 @@ def iter_checked(file: DataFile, layout: CsvLayout) -> Iterator[pa.Table]:
     reads up to 32 blocks ahead of its consumer: 512 MiB of text at our block size.)"""
     _check_not_empty(file)
     skip, rows = layout.header, 0
-    with open(file.path, "rb") as handle:
+    with storage.open_source(file.path) as handle:
         rest = b""
         while data := rest + handle.read(_PIECE_SIZE):
             cut = data.rfind(b"\n") + 1 if len(data) > len(rest) else len(data)
@@ -159,7 +160,7 @@ def iter_checked(file: DataFile, layout: CsvLayout) -> Iterator[pa.Table]:
 
 
 def _check_not_empty(file: DataFile) -> None:
-    if file.path.stat().st_size == 0:
+    if storage.source_size(file.path) == 0:
         raise VaecfError(f"{file.label}: file is empty")
 
 
@@ -191,7 +192,7 @@ def raw_interactions(rows: Rows, kind: str, label: str,
 
 def read_header_of(file: DataFile, required: tuple[str, ...]) -> tuple[str, ...]:
     """The column names of ``file``'s header, which must name every one of ``required``."""
-    with open(file.path, "rb") as handle:
+    with storage.open_source(file.path) as handle:
         return header_names(file.label, handle.readline(MAX_HEADER + 1), required)
 
 
@@ -223,7 +224,7 @@ def header_names(label: str, first: bytes, required: tuple[str, ...]) -> tuple[s
 
 def locate_error(file: DataFile, layout: CsvLayout, reason: str) -> VaecfError:
     """Re-read ``file`` line by line and describe its first bad line (slow; errors only)."""
-    with open(file.path, "rb") as handle:
+    with storage.open_source(file.path) as handle:
         number = 0
         while raw := handle.readline(_BLOCK_SIZE + 1):
             number += 1

@@ -1,4 +1,5 @@
-"""DataFrame helpers of the Spark engine: global ranks, sorted streams to the driver, keys.
+"""DataFrame helpers of the Spark engine: global ranks, sorted streams to the driver or
+sorted parts written by the tasks, keys.
 
 Nothing here gathers a whole DataFrame on one node: a global rank numbers each range
 partition of a sort and adds the partition's offset (a single-partition window would move
@@ -9,6 +10,7 @@ Arrow IPC batches.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,7 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from vaecf.data.split_keys import pair_keys, text_keys
 
@@ -71,6 +74,27 @@ def sorted_batches(frame: DataFrame, order: list[str]) -> Iterator[pa.RecordBatc
     blobs = frame.orderBy(*order).mapInArrow(to_ipc, "ipc binary")
     for row in blobs.toLocalIterator(prefetchPartitions=True):
         yield from pa.ipc.open_stream(row["ipc"])
+
+
+def sorted_parts(frame: DataFrame, order: list[str], uri: str, name: str,
+                 schema: pa.Schema) -> dict[str, dict[str, Any]]:
+    """The rows of ``frame`` sorted by ``order``, written by the tasks as Parquet parts
+    ``<uri>/<name>/part-<partition>.parquet`` (``pieces.write_part``): each range partition
+    of the sort is one part, so the parts, in name order, hold the rows in ``order``.
+
+    Returns:
+      ``{part name: {"sha256", "bytes", "rows"}}``, in order: what the driver receives (one
+      row per part), never the rows.
+    """
+    from vaecf.data.spark.pieces import PARTS, write_part
+    from vaecf.data.spark.raw import task_environment
+
+    written = frame.orderBy(*order).mapInArrow(
+        partial(write_part, uri=uri, name=name, schema=schema,
+                environment=task_environment(frame.sparkSession)), from_arrow_schema(PARTS))
+    return {row["name"]: {"sha256": row["sha256"], "bytes": int(row["bytes"]),
+                          "rows": int(row["rows"])}
+            for row in sorted(written.collect(), key=lambda row: row["partition"])}
 
 
 def id_keys(seed: int) -> Any:

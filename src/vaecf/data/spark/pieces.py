@@ -2,7 +2,8 @@
 engine's own parsers and checks.
 
 A piece is a byte range of a delimited text file or a row group of a Parquet file. A task
-opens its files by path with Python (a name is never a pattern: no Hadoop glob, no URI),
+opens its files itself with Python, a local path or an ``s3://`` object read in place by
+ranged GETs (``vaecf.io.storage.open_source``; a name is never a pattern: no Hadoop glob),
 parses them with pyarrow under the options of the pandas engine's whole-file read
 (``csv_options``, ``read_parquet``), checks the values with the same ``CsvLayout.rows`` or
 ``parquet_problem``, and yields Arrow batches of (user_id, item_id, value) and, last, one
@@ -20,7 +21,9 @@ the block, whatever the file's size.
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,7 +41,10 @@ from vaecf.data.readers.interactions_table import (
 )
 from vaecf.data.readers.netflix import MOVIE_LINE
 from vaecf.data.readers.table import MAX_HEADER, CsvLayout, Rows, csv_options
+from vaecf.data.splits import save_parquet_batches
 from vaecf.errors import VaecfError
+from vaecf.io import storage
+from vaecf.io.manifest import sha256_file, sha256_source
 from vaecf.io.readers import read_parquet
 
 BLOCK = 16 << 20  # = the pandas reader's pyarrow block: a longer line is an error in both
@@ -178,7 +184,7 @@ def _text_rows(piece: Piece, form: FileFormat, report: Report
     the pandas reader's order of faults, whatever was found before it."""
     assert form.layout is not None
     layout = form.layout
-    with open(piece.path, "rb") as handle:
+    with storage.open_source(piece.path) as handle:
         blocks = line_blocks(handle, piece.start, piece.end, layout.header)
         parts = movie_blocks(blocks) if form.netflix else ((None, b) for b in blocks)
         try:
@@ -201,7 +207,7 @@ def _text_rows(piece: Piece, form: FileFormat, report: Report
 def _parquet_rows(piece: Piece, form: FileFormat, report: Report) -> Iterator[Rows]:
     assert form.columns is not None
     try:
-        table = read_parquet(Path(piece.path), parquet_kinds(form.columns), form.label,
+        table = read_parquet(piece.path, parquet_kinds(form.columns), form.label,
                              row_groups=[piece.group])
     except VaecfError as err:
         report.error = str(err)
@@ -220,10 +226,21 @@ def _ids(values: np.ndarray | pa.DictionaryArray) -> pa.Array:
     return pa.array(values, pa.int64())
 
 
+def with_store(environment: dict[str, str]) -> None:
+    """A task's way to the object store: ``environment`` (``vaecf.io.storage.ENVIRONMENT``)
+    is what a local master's driver passes on (its tasks run on its machine, as its
+    children); on a cluster it is empty, and the executors use their own (the Secret the
+    driver's pod has too: ``vaecf.k8s.sparkapp``). The driver never sends credentials over
+    the network."""
+    os.environ.update(environment)
+
+
 def read_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
-                forms: list[FileFormat], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+                forms: list[FileFormat], schema: pa.Schema,
+                environment: dict[str, str]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow``'s function: the rows of the pieces named by ``batches`` (column
     ``piece``), then each piece's report (a JSON text in ``_report``; null in data rows)."""
+    with_store(environment)
     for batch in batches:
         for index in batch.column("piece").to_pylist():
             piece = pieces[index]
@@ -247,12 +264,58 @@ def read_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
 
 
 def read_parquet_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
-                        columns: dict[str, str], where: str, schema: pa.Schema
-                        ) -> Iterator[pa.RecordBatch]:
+                        columns: dict[str, str], where: str, schema: pa.Schema,
+                        environment: dict[str, str]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow``'s function: the ``columns`` of the row groups named by ``batches``
     (column ``piece``), read by the bounded Parquet reader, as ``schema``'s types."""
+    with_store(environment)
     for batch in batches:
         for index in batch.column("piece").to_pylist():
             piece = pieces[index]
-            table = read_parquet(Path(piece.path), columns, where, row_groups=[piece.group])
+            table = read_parquet(piece.path, columns, where, row_groups=[piece.group])
             yield from table.select(list(columns)).cast(schema).to_batches()
+
+
+DIGESTS = pa.schema([("name", pa.string()), ("sha256", pa.string()), ("bytes", pa.int64())])
+
+
+def file_digests(batches: Iterable[pa.RecordBatch], uri: str, environment: dict[str, str]
+                 ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``'s function: (name, SHA-256, bytes) of the files below ``uri`` named by
+    ``batches`` (column ``name``), each streamed by the task from where it lies."""
+    with_store(environment)
+    for batch in batches:
+        for name in batch.column("name").to_pylist():
+            digest, size = sha256_source(f"{uri.rstrip('/')}/{name}")
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([name]), pa.array([digest]), pa.array([size], pa.int64())],
+                schema=DIGESTS)
+
+
+PARTS = pa.schema([("partition", pa.int32()), ("name", pa.string()), ("sha256", pa.string()),
+                   ("bytes", pa.int64()), ("rows", pa.int64())])
+
+
+def write_part(batches: Iterable[pa.RecordBatch], uri: str, name: str, schema: pa.Schema,
+               environment: dict[str, str]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``'s function: the task's rows, in their order, written as one Parquet
+    part ``<uri>/<name>/part-<partition>.parquet`` (``save_parquet_batches``, the pandas
+    engine's options) through a file of the executor's own temporary folder, uploaded by the
+    task; yields (partition, part name, SHA-256, bytes, rows), or nothing for no rows. A
+    retried task writes the same part again under the same name."""
+    from pyspark import TaskContext
+
+    with_store(environment)
+    context = TaskContext.get()
+    partition = context.partitionId() if context is not None else 0
+    with tempfile.TemporaryDirectory(prefix="vaecf-part-") as folder:
+        path = Path(folder) / "part.parquet"
+        rows = sum(batch.num_rows for batch in save_parquet_batches(path, schema, batches))
+        if not rows:
+            return
+        part = f"{name}/part-{partition:05d}.parquet"
+        digest, size = sha256_file(path), path.stat().st_size
+        storage.upload_file(path, f"{uri.rstrip('/')}/{part}")
+    yield pa.RecordBatch.from_arrays(
+        [pa.array([partition], pa.int32()), pa.array([part]), pa.array([digest]),
+         pa.array([size], pa.int64()), pa.array([rows], pa.int64())], schema=PARTS)

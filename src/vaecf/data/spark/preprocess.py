@@ -14,8 +14,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from vaecf.data.preprocess import FilterConfig
-from vaecf.data.spark.frames import arrow_type, sorted_batches, step_counts
+from vaecf.data.preprocess import INTERACTIONS_PARTS, FilterConfig
+from vaecf.data.spark.frames import arrow_type, sorted_batches, sorted_parts, step_counts
 from vaecf.data.spark.raw import RawFrame
 from vaecf.data.splits import save_parquet_batches
 from vaecf.errors import VaecfError
@@ -106,11 +106,18 @@ def preprocess(raw: RawFrame, config: FilterConfig, source: str = "the input"
     return kept, counts
 
 
-def write_interactions(path: Path, pairs: DataFrame) -> None:
-    """``interactions.parquet`` sorted by (user_id, item_id), streamed from the sort."""
+def write_interactions(path: Path, pairs: DataFrame, remote: str | None = None
+                       ) -> dict[str, dict[str, Any]]:
+    """``interactions.parquet`` sorted by (user_id, item_id): streamed from the sort to
+    ``path`` by the driver, or, given ``remote`` (the output's S3 staging prefix), written
+    by the tasks as parts ``interactions/part-*.parquet`` there (``sorted_parts``), which
+    the returned ``{name: {"sha256", "bytes", "rows"}}`` lists (empty for ``path``)."""
     import pyarrow as pa
 
     schema = pa.schema([("user_id", arrow_type(pairs, "user_id")),
                         ("item_id", arrow_type(pairs, "item_id"))])
+    if remote is not None:
+        return sorted_parts(pairs, ["user_id", "item_id"], remote, INTERACTIONS_PARTS, schema)
     for _ in save_parquet_batches(path, schema, sorted_batches(pairs, ["user_id", "item_id"])):
         pass
+    return {}

@@ -32,16 +32,19 @@ from vaecf.data.readers.interactions_table import parquet_kinds
 from vaecf.data.readers.netflix import no_movie_line
 from vaecf.data.readers.table import locate_error
 from vaecf.data.spark.pieces import (
+    DIGESTS,
     NO_MOVIE,
     STRUCTURE,
     VALUES,
     FileFormat,
     Piece,
     Report,
+    file_digests,
     read_parquet_pieces,
     read_pieces,
 )
 from vaecf.errors import VaecfError
+from vaecf.io import storage
 from vaecf.io.readers import IDS, parquet_groups
 
 # Spark's defaults for its own file reader: the most bytes a task reads
@@ -95,7 +98,8 @@ def read_raw(spark: SparkSession, reader: str, files: list[DataFile], names: lis
     pieces, split = _pieces(files[:len(forms)], forms, groups,
                             spark.sparkContext.defaultParallelism)
     parsed = _task_frame(spark, _tasks(pieces, split)).mapInArrow(
-        partial(read_pieces, pieces=pieces, forms=forms, schema=arrow),
+        partial(read_pieces, pieces=pieces, forms=forms, schema=arrow,
+                environment=task_environment(spark)),
         from_arrow_schema(arrow)).persist()
     try:
         found = [Report(**json.loads(row[0])) for row in
@@ -112,20 +116,75 @@ def read_raw(spark: SparkSession, reader: str, files: list[DataFile], names: lis
     return RawFrame(parsed.where(F.col(_REPORT).isNull()).drop(_REPORT), kind, dropped, parsed)
 
 
-def read_parquet_ids(spark: SparkSession, path: Path, names: list[str],
+def read_parquet_ids(spark: SparkSession, paths: list[Path | str], names: list[str],
                      where: str | None = None) -> DataFrame:
-    """The id columns ``names`` of a Parquet file (integers as longs, text as strings), read
-    by the bounded Parquet reader in tasks of row groups."""
-    where = where or str(path)
+    """The id columns ``names`` of Parquet files read one after the other (a file, or the
+    parts a cluster's tasks wrote; integers as longs, text as strings), read by the bounded
+    Parquet reader in tasks of row groups, local paths or ``s3://`` objects alike."""
     columns = dict.fromkeys(names, IDS)
-    types, groups = parquet_groups(path, columns, where)
-    pieces = _row_groups(0, str(path), groups)
+    pieces: list[Piece] = []
+    types = None
+    for index, path in enumerate(paths):
+        found, groups = parquet_groups(path, columns, where or str(path))
+        types = types or found
+        pieces.extend(_row_groups(index, str(path), groups))
+    assert types is not None, "no Parquet file to read"
     arrow = pa.schema([(name, pa.int64() if pa.types.is_integer(types.field(name).type)
                         else pa.string()) for name in columns])
     split = _split_size(sum(p.size for p in pieces), spark.sparkContext.defaultParallelism)
     return _task_frame(spark, _tasks(pieces, split)).mapInArrow(
-        partial(read_parquet_pieces, pieces=pieces, columns=columns, where=where,
-                schema=arrow), from_arrow_schema(arrow))
+        partial(read_parquet_pieces, pieces=pieces, columns=columns,
+                where=where or str(paths[0]), schema=arrow,
+                environment=task_environment(spark)), from_arrow_schema(arrow))
+
+
+def check_files(spark: SparkSession, uri: str, manifest: str, files: dict[str, dict]) -> None:
+    """The SHA-256 of every file of a published ``s3://`` output that its manifest lists
+    (``read_remote_manifest``), checked in tasks that stream the files where they lie (one
+    file a task): nothing passes through the driver. The first mismatch is
+    ``read_manifest``'s line."""
+    names = sorted(files)
+    if not names:
+        return
+    found = spark.createDataFrame([(name,) for name in names], "name string").repartition(
+        len(names)).mapInArrow(partial(file_digests, uri=uri,
+                                       environment=task_environment(spark)),
+                               from_arrow_schema(DIGESTS))
+    digests = {row["name"]: row["sha256"] for row in found.collect()}
+    for name in names:
+        if digests.get(name) != files[name]["sha256"]:
+            raise VaecfError(f"{uri.rstrip('/')}/{name}: SHA-256 does not match {manifest}")
+
+
+def local_master(spark: SparkSession) -> bool:
+    """Whether the tasks run in this driver's machine (``local[*]``), seeing its files."""
+    return str(spark.sparkContext.master).startswith("local")
+
+
+def task_environment(spark: SparkSession) -> dict[str, str]:
+    """What the tasks need to reach the object store from this driver: its
+    ``storage.ENVIRONMENT`` under a local master (the tasks are its own children; a session
+    started before the variables were set has Python workers without them), nothing on a
+    cluster (``pieces.with_store``)."""
+    return storage.environment() if local_master(spark) else {}
+
+
+def share_files(spark: SparkSession, files: list[DataFile], scratch: str | None
+                ) -> list[DataFile]:
+    """``files`` where a cluster's tasks can read them: those only this driver holds (the
+    members of an archive it extracted, a local input) put in ``scratch`` (the output's
+    ``remote_scratch``) first, one after the other. Under a local master, or without a
+    scratch prefix (a local output: a shared disk is assumed), ``files`` as they are."""
+    if scratch is None or local_master(spark):
+        return files
+    shared = []
+    for index, file in enumerate(files):
+        if isinstance(file.path, Path):
+            uri = f"{scratch}/{index}-{file.path.name}"
+            storage.upload_file(file.path, uri)
+            file = DataFile(file.label, uri)
+        shared.append(file)
+    return shared
 
 
 def _task_frame(spark: SparkSession, tasks: list[list[int]]) -> DataFrame:
@@ -140,7 +199,7 @@ def _pieces(files: list[DataFile], forms: list[FileFormat], groups: list[list[tu
             parallelism: int) -> tuple[list[Piece], int]:
     """Text files cut into byte ranges (a Netflix file whole: its lines need the movie line
     above them), Parquet files into row groups; and the bytes of a task (``_split_size``)."""
-    sizes = [f.path.stat().st_size for f in files]
+    sizes = [storage.source_size(f.path) for f in files]
     split = _split_size(sum(sizes), parallelism)
     pieces: list[Piece] = []
     for index, (file, form, size) in enumerate(zip(files, forms, sizes, strict=True)):

@@ -38,10 +38,11 @@ from vaecf.data.splits import (
 _TRAIN, _VAL, _TEST = (SPLITS.index(s) for s in SPLITS)
 
 
-def read_interactions(spark: SparkSession, path: Path) -> DataFrame:
+def read_interactions(spark: SparkSession, paths: list[Path | str]) -> DataFrame:
     """``interactions.parquet``'s (user_id, item_id), read as pandas reads it (the bounded
-    Parquet reader, in tasks of row groups; the path is a name, never a pattern)."""
-    return read_parquet_ids(spark, path, ["user_id", "item_id"])
+    Parquet reader, in tasks of row groups; a path is a name, never a pattern): the file, or
+    its parts, local or ``s3://`` objects read in place by the tasks."""
+    return read_parquet_ids(spark, paths, ["user_id", "item_id"])
 
 
 def _assign_users(pairs: DataFrame, config: SplitConfig) -> tuple[DataFrame, int]:
