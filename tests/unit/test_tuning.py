@@ -122,6 +122,18 @@ def test_a_lead_within_one_standard_error_goes_to_the_simpler_trial() -> None:
     assert best_of(records)["trial"] == 0  # no standard error recorded: the highest
 
 
+def test_with_per_user_scores_within_noise_means_the_paired_standard_error() -> None:
+    """Trial 1 is simpler and 0.005 below trial 0, within trial 0's own standard error (0.01)
+    but steadily below it on every user: the paired error says the lead is real."""
+    records = [record(0, 0.300, 0.01, composite_prior=True), record(1, 0.295, 0.01)]
+    assert best_of(records)["trial"] == 1  # no per-user scores: the unpaired error
+    base = np.linspace(0.1, 0.5, 40)
+    steady = {0: base + 0.005, 1: base + np.where(np.arange(40) % 2, 0.001, -0.001)}
+    assert best_of(records, lambda r: steady[r["trial"]])["trial"] == 0
+    noisy = {0: base + 0.005, 1: base + np.where(np.arange(40) % 2, 0.05, -0.05)}
+    assert best_of(records, lambda r: noisy[r["trial"]])["trial"] == 1
+
+
 def test_the_kl_weight_of_the_kept_epoch() -> None:
     from vaecf.tuning.trials import beta_at_best_epoch
 

@@ -15,9 +15,12 @@ trial whose best epoch is 19 of 100 used a fifth of its ``beta_cap`` (None under
 ``--kl-per-item``, whose weight is per user).
 
 The candidate (``best_of``): the highest validation NDCG@100, unless trials within one
-standard error of it (that trial's) are simpler -- fewer of RecVAE's options on, then fewer
-epochs, then narrower layers -- in which case the simplest of those (the one-standard-error
-rule: a lead within noise does not pay for the complexity).
+standard error of it are simpler -- fewer of RecVAE's options on, then fewer epochs, then
+narrower layers -- in which case the simplest of those (the one-standard-error rule: a lead
+within noise does not pay for the complexity). The standard error is that of the paired
+difference to the highest (per-user NDCG@100 on the same validation users); a record read
+without its per-user scores (the report of an older tune) falls back on the highest trial's
+own standard error, two to three times larger.
 
 The choice (``choose``, ``CHOICE_RULE``): trial 0 is the reference (``vaecf tune`` puts
 ``vaecf train``'s defaults there, ``vaecf.tuning.space.search``; so does the KFP sweep's
@@ -122,7 +125,8 @@ def collect(models: list[str], evaluations: list[str], stack: ExitStack
 
 
 CHOICE_RULE = ("trial 0 (train's defaults) is kept unless the best trial by validation "
-               "NDCG@100 (the simplest within one standard error of the highest) leads it on "
+               "NDCG@100 (the simplest within one paired standard error of the highest) leads "
+               "it on "
                "the validation users by more than the paired standard error of that lead")
 
 # One trial's per-user validation NDCG@100, in the users' order (the same for every trial).
@@ -136,12 +140,22 @@ def choose(records: list[dict[str, Any]], per_user: PerUser
     users (``paired_difference``: candidate minus reference) when they differ."""
     if not records:
         raise VaecfError("no trials to choose from")
-    reference, candidate = records[0], best_of(records)
+    scores: dict[int, np.ndarray] = {}
+
+    def cached(entry: dict[str, Any]) -> np.ndarray:  # each trial's model scored once
+        key = id(entry)
+        if key not in scores:
+            scores[key] = per_user(entry)
+        return scores[key]
+
+    reference = records[0]
+    # The reference at the top: whatever is within noise of it cannot lead it.
+    candidate = reference if _top(records) is reference else best_of(records, cached)
     decision: dict[str, Any] = {"rule": CHOICE_RULE, "reference": reference.get("trial", 0),
                                 "candidate": candidate.get("trial", 0), "paired": None}
     chosen = reference
     if candidate is not reference:
-        paired = paired_difference(per_user(candidate), per_user(reference))
+        paired = paired_difference(cached(candidate), cached(reference))
         decision["paired"] = paired
         if paired["delta"] > paired["stderr"]:  # type: ignore[operator]
             chosen = candidate
@@ -173,14 +187,27 @@ def describe_choice(decision: dict[str, Any]) -> str:
     return f"{lead}, more than its standard error: trial {decision['candidate']} replaces it"
 
 
-def best_of(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The chosen trial (module docstring): the highest validation NDCG@100, or the simplest
-    trial within one standard error of it; the lowest number of equals."""
-    top = max(records, key=lambda r: (r["val"][OBJECTIVE], -r.get("trial", 0)))
-    noise = (top.get("val_stderr") or {}).get(OBJECTIVE) or 0.0
-    close = [r for r in records if r["val"][OBJECTIVE] >= top["val"][OBJECTIVE] - noise]
+def best_of(records: list[dict[str, Any]], per_user: PerUser | None = None
+            ) -> dict[str, Any]:
+    """The candidate (module docstring): the highest validation NDCG@100, or the simplest
+    trial within one standard error of it (paired, with ``per_user``); the lowest number of
+    equals."""
+    top = _top(records)
+
+    def noise(entry: dict[str, Any]) -> float:
+        if per_user is None:
+            return (top.get("val_stderr") or {}).get(OBJECTIVE) or 0.0
+        return float(paired_difference(per_user(top), per_user(entry))["stderr"] or 0.0)
+
+    close = [r for r in records if r is top
+             or r["val"][OBJECTIVE] >= top["val"][OBJECTIVE] - noise(r)]
     return min(close, key=lambda r: (*simplicity(r.get("params") or {}), -r["val"][OBJECTIVE],
                                      r.get("trial", 0)))
+
+
+def _top(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The highest validation NDCG@100, the lowest number of equals."""
+    return max(records, key=lambda r: (r["val"][OBJECTIVE], -r.get("trial", 0)))
 
 
 def simplicity(params: Mapping[str, Any]) -> tuple[float, ...]:
