@@ -1,9 +1,10 @@
 """The learning rate for a global batch: one rule shared by the benchmark and the MPIJob.
 
-``vaecf train``'s learning rate (5e-4 with its width 1200; Liang et al. 2018 tuned 1e-3 for width
-600) is for 500 users per step on one device. Spreading training over R ranks at B users per rank makes the global batch R x B, so
-each epoch has R x B / 500 times fewer steps; the learning rate grows with the global batch
-to keep the epochs to a target NDCG from growing as much::
+``vaecf train``'s learning rate (5e-4 with its width 1200; Liang et al. 2018 tuned 1e-3 for
+width 600) is for 500 users per step on one device. Spreading training over R ranks at B users
+per rank makes the global batch R x B, so each epoch has R x B / 500 times fewer steps; the
+learning rate grows with the global batch to keep the epochs to a target NDCG from growing as
+much::
 
     none     lr = base_lr
     sqrt     lr = base_lr * sqrt(global_batch / BASE_BATCH)
