@@ -109,7 +109,7 @@ def test_benchmark_runs_the_trainer_and_the_report_renders_it(cli, tmp_path: Pat
         # every epoch validated; NDCG@100 >= 0 holds at the first (warm-up included)
         assert run["time_to_target_seconds"] == pytest.approx(log[0]["epoch_seconds"])
         assert run["epochs_to_target"] == 1
-        assert (run["lr_scaling"], run["learning_rate"]) == ("none", 1e-3)
+        assert (run["lr_scaling"], run["learning_rate"]) == ("none", 5e-4)  # train's rate
         assert len(run["peak_rss_bytes_per_rank"]) == run["world_size"]
         assert (run["hidden"], run["latent"]) == (48, 12)  # the width trained, as recorded
         assert run["peak_rss_bytes"] == max(run["peak_rss_bytes_per_rank"]) > 100 * 2**20
