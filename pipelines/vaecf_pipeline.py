@@ -117,7 +117,7 @@ def build_pipeline(images: Images = DEFAULT) -> Callable[..., Any]:
               value_column: Optional[str] = None,  # noqa: UP045
               value_kind: Optional[str] = None,  # noqa: UP045
               protocol: str = "mission", seed: str = "98765", epochs: str = "0",
-              patience: str = "20", max_epochs: str = "200",
+              patience: str = "40", max_epochs: str = "200",
               batch_per_rank: str = "1024", lr_scaling: str = "sqrt",
               precision: str = "mixed_bfloat16", xla: str = "true", workers: str = "2",
               gpus_per_worker: str = "1", compression: str = "none",

@@ -37,8 +37,8 @@ from pipelines.vaecf_pipeline import (
 DEFAULT_TRIALS = [json.dumps(trial, sort_keys=True) for trial in (
     {"hidden": hidden, "kl_per_item": kl_per_item, "learning_rate": learning_rate}
     for hidden, kl_per_item, learning_rate in (
-        (600, None, 1e-3), (600, None, 5e-4), (600, 0.005, 5e-4), (600, 0.005, 1e-3),
-        (1200, None, 5e-4), (1200, 0.005, 5e-4), (1200, None, 1e-3), (1200, 0.005, 1e-3)))]
+        (1200, None, 5e-4), (600, None, 5e-4), (600, 0.005, 5e-4), (600, None, 1e-3),
+        (600, 0.005, 1e-3), (1200, 0.005, 5e-4), (1200, None, 1e-3), (1200, 0.005, 1e-3)))]
 PARALLELISM = 3  # trials at once: each holds workers x GPUs for its whole run
 
 

@@ -13,7 +13,7 @@ from components.images import DEFAULT
 @dsl.container_component
 def train(split: Input[Dataset], model: Output[Model], run_id: str, train_image: str,
           s3_bucket: str, s3_prefix: str, workers: str = "2", gpus_per_worker: str = "1",
-          epochs: str = "0", patience: str = "20", max_epochs: str = "200",
+          epochs: str = "0", patience: str = "40", max_epochs: str = "200",
           batch_per_rank: str = "1024", lr_scaling: str = "sqrt",
           precision: str = "mixed_bfloat16", xla: str = "true", seed: str = "98765",
           compression: str = "none",

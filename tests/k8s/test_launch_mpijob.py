@@ -89,9 +89,9 @@ def test_succeeded_streams_the_log_and_publishes_the_model(env, cli, monkeypatch
     launcher = post.body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"][
         "containers"][0]
     args = launcher["args"]
-    # 2 ranks x 32 users; the default rule scales 1e-3 at 500 users by sqrt(64 / 500)
+    # 2 ranks x 32 users; the default rule scales train's 5e-4 at 500 users by sqrt(64 / 500)
     assert args[args.index("--batch-size") + 1] == "64"
-    assert args[args.index("--learning-rate") + 1] == "0.000357771"
+    assert args[args.index("--learning-rate") + 1] == "0.000178885"
     assert "--compression" not in args  # none: the trainer's default
     assert {"name": "NCCL_DEBUG", "value": "WARN"} in launcher["env"]
     assert storage.list_keys(f"{store}/split") == ["_SUCCESS", "dataset_manifest.json",

@@ -59,11 +59,11 @@ def test_training_options_reach_train_as_its_flags(tmp_path: Path) -> None:
             plain.implicit_slim_every) == (None, False, 0, 1, 0)
 
 
-@pytest.mark.parametrize(("batch", "rule", "lr"), [(4000, "none", 1e-3), (4000, "sqrt", 2.82843e-3),
-                                                   (4000, "linear", 8e-3), (250, "linear", 5e-4)])
+@pytest.mark.parametrize(("batch", "rule", "lr"), [(4000, "none", 5e-4), (4000, "sqrt", 1.41421e-3),
+                                                   (4000, "linear", 4e-3), (250, "linear", 2.5e-4)])
 def test_each_run_scales_its_learning_rate_with_the_global_batch(tmp_path: Path, batch: int,
                                                                  rule: str, lr: float) -> None:
-    # 1e-3 at 500 users per step (one device), scaled by rule: sqrt(8) = 2.828427...
+    # train's 5e-4 at 500 users per step (one device), scaled by rule: sqrt(8) = 2.828427...
     config = _config(lr_scalings=("none", "sqrt", "linear"))
     command = train_command(config, tmp_path / "split", tmp_path / "run", "fp32", 2, batch, rule)
     args = build_parser("train").parse_args(command[command.index("train") + 1:])
@@ -109,7 +109,7 @@ def test_benchmark_runs_the_trainer_and_the_report_renders_it(cli, tmp_path: Pat
         # every epoch validated; NDCG@100 >= 0 holds at the first (warm-up included)
         assert run["time_to_target_seconds"] == pytest.approx(log[0]["epoch_seconds"])
         assert run["epochs_to_target"] == 1
-        assert (run["lr_scaling"], run["learning_rate"]) == ("none", 1e-3)
+        assert (run["lr_scaling"], run["learning_rate"]) == ("none", 5e-4)  # train's rate
         assert len(run["peak_rss_bytes_per_rank"]) == run["world_size"]
         assert (run["hidden"], run["latent"]) == (48, 12)  # the width trained, as recorded
         assert run["peak_rss_bytes"] == max(run["peak_rss_bytes_per_rank"]) > 100 * 2**20

@@ -84,7 +84,10 @@ def test_every_trial_is_recorded_and_only_the_best_is_tested(tuned) -> None:
         assert 0.0 < entry["val_stderr"]["ndcg_at_100"] < 0.1
         epochs = trial["epochs"] or 3  # trial 0, train's defaults: stops early, at most 3
         assert entry["epochs"] == epochs and 1 <= entry["best_epoch"] <= epochs
-    assert records[0]["params"]["hidden"] == 600 and records[0]["params"]["epochs"] is None
+    from vaecf.train.config import TrainConfig
+
+    assert records[0]["params"]["hidden"] == TrainConfig.hidden  # trial 0: train's defaults
+    assert records[0]["params"]["epochs"] is None
     best = chosen(records, read_manifest(out, "tune")["choice"])
     assert [r["best"] for r in records] == [r is best for r in records]
     metrics = json.loads((out / "test" / "metrics.json").read_text())

@@ -18,7 +18,7 @@ from vaecf.io import manifest_name, publish, write_manifest
 from vaecf.io.roles import Role
 from vaecf.stages import location, new_parser, run_stage, seed
 from vaecf.train.benchmark import DEFAULT_HIDDEN, DEFAULT_LATENT, TRAINING_OPTIONS
-from vaecf.train.scaling import LR_RULES
+from vaecf.train.scaling import BASE_LEARNING_RATE, LR_RULES
 
 STAGE = "benchmark"
 PRECISIONS = ("fp32", "mixed_float16", "mixed_bfloat16")
@@ -65,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--xla", action="store_true",
                         help="train every run with --xla (the whole step compiled)")
     parser.add_argument("--lr-scaling", nargs="+", choices=LR_RULES, default=["none"],
-                        help="learning-rate rules, each run with each: 1e-3 at 500 users per "
-                             "step, scaled to the global batch as none, sqrt or linear")
+                        help="learning-rate rules, each run with each: vaecf train's "
+                             f"{BASE_LEARNING_RATE:g} at 500 users per step, scaled to the global "
+                             "batch as none, sqrt or linear")
     parser.add_argument("--hidden", type=_positive, default=DEFAULT_HIDDEN,
                         help="every run's hidden layer width (train --hidden)")
     parser.add_argument("--latent", type=_positive, default=DEFAULT_LATENT,

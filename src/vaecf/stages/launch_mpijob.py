@@ -21,7 +21,7 @@ from vaecf.io import manifest_name, open_input, publish, read_manifest, storage
 from vaecf.io.roles import Role
 from vaecf.k8s import client, job, mpijob, render
 from vaecf.stages import launcher_flags, location, new_parser, run_stage, seed
-from vaecf.train.scaling import LR_RULES
+from vaecf.train.scaling import BASE_LEARNING_RATE, LR_RULES
 from vaecf.tuning.space import SEARCHABLE, parse_trial, train_flags
 
 STAGE = "launch-mpijob"
@@ -51,8 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="users per step on each rank (one rank per GPU); the global "
                              "batch is this x workers x slots per worker")
     parser.add_argument("--lr-scaling", default=render.LR_SCALING,
-                        help="learning rate 1e-3 at 500 users per step, scaled to the global "
-                             f"batch: {', '.join(LR_RULES)}")
+                        help=f"learning rate {BASE_LEARNING_RATE:g} (vaecf train's) at 500 "
+                             f"users per step, scaled to the global batch: {', '.join(LR_RULES)}")
     parser.add_argument("--precision", choices=render.PRECISIONS,
                         default=render.MPIJobParams.precision,
                         help="[default: %(default)s, the fastest measured on a GPU]")

@@ -73,14 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
     add("--precision", choices=PRECISIONS, default="fp32",
         help="mixed_float16 uses dynamic loss scaling")
     add("--xla", action="store_true", help="compile the whole training step with XLA")
-    add("--learning-rate", type=finite_positive, default=1e-3, help="Adam learning rate")
-    add("--beta-cap", type=finite_non_negative, default=0.2, help="largest KL weight")
+    add("--learning-rate", type=finite_positive, default=TrainConfig.learning_rate,
+        help="Adam learning rate")
+    add("--beta-cap", type=finite_non_negative, default=TrainConfig.beta_cap,
+        help="largest KL weight")
     add("--anneal-steps", type=_non_negative, help="beta = min(cap, step / this), as in the "
         "paper's code (paper: 200000; 0: the cap from the start) [default: beta reaches the cap "
         "at the run's last step]")
-    add("--dropout", type=_fraction, default=0.5, help="input dropout rate")
-    add("--hidden", type=_positive, default=600, help="hidden layer width")
-    add("--latent", type=_positive, default=200, help="latent dimension")
+    add("--dropout", type=_fraction, default=TrainConfig.dropout, help="input dropout rate")
+    add("--hidden", type=_positive, default=TrainConfig.hidden, help="hidden layer width")
+    add("--latent", type=_positive, default=TrainConfig.latent, help="latent dimension")
     add("--l2", type=finite_non_negative, default=0.0, help="L2 penalty on the weights")
     add("--seed", type=seed, default=0)
     add("--validate-every", type=_positive, default=1, help="validate every N epochs "

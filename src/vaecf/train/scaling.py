@@ -1,9 +1,10 @@
 """The learning rate for a global batch: one rule shared by the benchmark and the MPIJob.
 
-Adam's default learning rate 1e-3 was tuned (Liang et al. 2018) at 500 users per step on one
-device. Spreading training over R ranks at B users per rank makes the global batch R x B, so
-each epoch has R x B / 500 times fewer steps; the learning rate grows with the global batch
-to keep the epochs to a target NDCG from growing as much::
+``vaecf train``'s learning rate (5e-4 with its width 1200; Liang et al. 2018 tuned 1e-3 for
+width 600) is for 500 users per step on one device. Spreading training over R ranks at B users
+per rank makes the global batch R x B, so each epoch has R x B / 500 times fewer steps; the
+learning rate grows with the global batch to keep the epochs to a target NDCG from growing as
+much::
 
     none     lr = base_lr
     sqrt     lr = base_lr * sqrt(global_batch / BASE_BATCH)
@@ -20,7 +21,7 @@ import math
 from vaecf.train.config import DEFAULT_BATCH_SIZE, TrainConfig
 
 LR_RULES = ("none", "sqrt", "linear")
-# vaecf train's defaults: the paper's learning rate at its users per step (one device)
+# vaecf train's defaults: its learning rate at its users per step (one device)
 BASE_BATCH, BASE_LEARNING_RATE = DEFAULT_BATCH_SIZE, TrainConfig.learning_rate
 
 
