@@ -192,5 +192,6 @@ def test_no_executor_sees_a_driver_local_path(cli, cluster: dict[str, str],  # t
         shutil.rmtree(source)
     said = done.stdout + done.stderr
     assert done.returncode != 0
-    assert f"{source / INTERACTIONS}" in said and "No such file or directory" in said
+    # the executor's line (the error's text is cut at a length, so its end may be missing)
+    assert f"{source / INTERACTIONS}" in said and "No such file" in said
     assert not (tmp_path / "out").exists()
