@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from vaecf.data.spark.frames import arrow_type, id_keys, pair_key, sorted_batches, with_rank
+from vaecf.data.spark.frames import arrow_type, id_key, pair_key, sorted_batches, with_rank
 from vaecf.data.spark.raw import read_parquet_ids
 from vaecf.data.split import SplitConfig, heldout_counts, user_offsets, write_split_manifest
 from vaecf.data.splits import (
@@ -46,8 +46,8 @@ def read_interactions(spark: SparkSession, path: Path) -> DataFrame:
 
 def _assign_users(pairs: DataFrame, config: SplitConfig) -> tuple[DataFrame, int]:
     """(user_id, user_key, split code) of every user, and the number of users."""
-    keys = id_keys(config.seed)
-    users = pairs.select("user_id").distinct().withColumn("user_key", keys("user_id"))
+    users = pairs.select("user_id").distinct().withColumn("user_key",
+                                                          id_key(config.seed, "user_id"))
     ranked = with_rank(users, ["user_key", F.col("user_id").cast("string")], "rank")
     n_users = ranked.count()
     n_val, n_test = heldout_counts(n_users, config)
@@ -62,9 +62,8 @@ def _parts(pairs: DataFrame, config: SplitConfig) -> DataFrame:
     position = F.row_number().over(by_user.orderBy(
         "pair_key", F.col("item_id").cast("string"))) - 1
     holdout = position < F.floor(F.lit(config.holdout_fraction) * F.count(F.lit(1)).over(by_user))
-    heldout = (pairs.where(F.col("split") != _TRAIN)
-               .withColumn("pair_key", pair_key("user_key", "item_key"))
-               .withColumn("part", 2 * F.col("split") - 1 + holdout.cast("int")))
+    heldout = pair_key(pairs.where(F.col("split") != _TRAIN), "user_key", "item_key", "pair_key"
+                       ).withColumn("part", 2 * F.col("split") - 1 + holdout.cast("int"))
     train = pairs.where(F.col("split") == _TRAIN).withColumn("part", F.lit(0))
     columns = ["user_idx", "item_idx", "split", "part"]
     return train.select(*columns).unionByName(heldout.select(*columns))
@@ -91,7 +90,7 @@ def _split(pairs: DataFrame, config: SplitConfig
     with_split = pairs.join(users, "user_id")
     items = with_rank(with_split.where(F.col("split") == _TRAIN).select("item_id").distinct(),
                       ["item_id"], "item_idx")
-    items = items.withColumn("item_key", id_keys(config.seed)("item_id")).localCheckpoint()
+    items = items.withColumn("item_key", id_key(config.seed, "item_id")).localCheckpoint()
     kept = with_split.join(items, "item_id").localCheckpoint()
     counts: dict[str, Any] = {"pairs_outside_item_universe": pairs.count() - kept.count()}
     kept_users = with_rank(kept.select("user_id", "split").distinct(), ["split", "user_id"],
