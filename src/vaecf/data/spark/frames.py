@@ -19,6 +19,18 @@ from pyspark.sql import types as T
 from vaecf.data.split_keys import GOLDEN, MIX1, MIX2
 
 _PART, _POS, _OFFSET = "_vaecf_part", "_vaecf_pos", "_vaecf_offset"
+# Rows of pairs per partition of a frame hashed by user. Spark's 200 shuffle partitions cost
+# each task its own hash maps and pages: at 9.9M positives a pass over 200 cached partitions
+# took several times the CPU of the same pass over 5 (notes/i38speed.md).
+ROWS_PER_PARTITION = 2_000_000
+
+
+def hashed_by_user(frame: DataFrame, rows: int) -> DataFrame:
+    """``frame`` (``rows`` rows) hashed by ``user_id`` into partitions of about
+    ``ROWS_PER_PARTITION`` rows, at least one per core: every per-user aggregate, window and
+    join on ``user_id`` then runs inside the partitions, with no shuffle of the pairs."""
+    cores = frame.sparkSession.sparkContext.defaultParallelism
+    return frame.repartition(max(cores, -(-rows // ROWS_PER_PARTITION)), "user_id")
 
 
 def with_rank(frame: DataFrame, order: list[str | Column], name: str) -> DataFrame:

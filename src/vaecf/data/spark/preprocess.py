@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from vaecf.data.preprocess import FilterConfig
-from vaecf.data.spark.frames import arrow_type, sorted_batches
+from vaecf.data.spark.frames import arrow_type, hashed_by_user, sorted_batches
 from vaecf.data.spark.raw import RawFrame
 from vaecf.data.splits import save_parquet_batches
 from vaecf.errors import VaecfError
@@ -137,8 +137,8 @@ def preprocess(raw: RawFrame, config: FilterConfig, source: str = "the input"
         if counts["implicit"]["rows"] == 0:
             raise VaecfError(f"no positives: no {raw.kind} passes the threshold (--min-rating "
                              f"{config.min_rating:g}, --min-plays {config.min_plays})")
-        dedup = (raw.rows.where(positive).select(*_IDS).repartition("user_id").distinct()
-                 .persist())
+        implicit = raw.rows.where(positive).select(*_IDS)
+        dedup = hashed_by_user(implicit, counts["implicit"]["rows"]).distinct().persist()
         users, items = _per_id(dedup, "user_id").persist(), _per_id(dedup, "item_id").persist()
         counts["dedup"] = _step(users, items)  # the first job to read dedup: it is cached
     finally:
