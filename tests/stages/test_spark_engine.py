@@ -411,3 +411,25 @@ def test_spark_keys_are_split_keys(spark) -> None:  # type: ignore[no-untyped-de
                                   "u long, i long")
     got = [row[0] for row in pair_key(frame, "u", "i", "k").select("k").collect()]
     assert got == pair_keys(users, items).tolist()
+
+
+@pytest.mark.parametrize("column", ["user", "item"])
+def test_spark_refuses_a_long_id_as_pandas_does(cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                column: str) -> None:
+    """An id longer than serving takes (``MAX_ID_BYTES``), found in the per-id tables."""
+    long = "é" * 129  # 258 bytes of UTF-8
+    rows = {"user": ["u1", "u2", "u1"], "item": ["i1", "i1", "i2"]}
+    rows[column][0] = long
+    source = tmp_path / "source" / "a.csv"
+    source.parent.mkdir()
+    source.write_text("user,item\n" + "".join(
+        f"{u},{i}\n" for u, i in zip(rows["user"], rows["item"], strict=True)))
+    code, _, err = cli("download", "--dataset", "table", "--source", source.parent,
+                       "--user-column", "user", "--item-column", "item", "--output",
+                       tmp_path / "raw")
+    assert code == 0, err
+    for engine in ("pandas", "spark"):
+        result = cli("preprocess", "--input", tmp_path / "raw", "--output", tmp_path / engine,
+                     "--min-user-items", "1", "--min-item-users", "1", "--engine", engine)
+        stage_checks.assert_failed("preprocess", result, tmp_path / engine,
+                                   f"a.csv: {column}_id 'éééé", "is 258 bytes long")

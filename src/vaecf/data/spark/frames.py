@@ -25,12 +25,17 @@ _PART, _POS, _OFFSET = "_vaecf_part", "_vaecf_pos", "_vaecf_offset"
 ROWS_PER_PARTITION = 2_000_000
 
 
+def partitions(frame: DataFrame, rows: int) -> int:
+    """Partitions for ``rows`` rows of pairs: about ``ROWS_PER_PARTITION`` each, at least one
+    per core."""
+    return max(frame.sparkSession.sparkContext.defaultParallelism, -(-rows // ROWS_PER_PARTITION))
+
+
 def hashed_by_user(frame: DataFrame, rows: int) -> DataFrame:
-    """``frame`` (``rows`` rows) hashed by ``user_id`` into partitions of about
-    ``ROWS_PER_PARTITION`` rows, at least one per core: every per-user aggregate, window and
-    join on ``user_id`` then runs inside the partitions, with no shuffle of the pairs."""
-    cores = frame.sparkSession.sparkContext.defaultParallelism
-    return frame.repartition(max(cores, -(-rows // ROWS_PER_PARTITION)), "user_id")
+    """``frame`` (``rows`` rows) hashed by ``user_id`` into ``partitions``: every per-user
+    aggregate, window and join on ``user_id`` then runs inside the partitions, with no
+    shuffle of the pairs."""
+    return frame.repartition(partitions(frame, rows), "user_id")
 
 
 def with_rank(frame: DataFrame, order: list[str | Column], name: str) -> DataFrame:

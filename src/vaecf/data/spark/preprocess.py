@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from vaecf.data.preprocess import FilterConfig
-from vaecf.data.spark.frames import arrow_type, hashed_by_user, sorted_batches
+from vaecf.data.spark.frames import arrow_type, partitions, sorted_batches
 from vaecf.data.spark.raw import RawFrame
 from vaecf.data.splits import save_parquet_batches
 from vaecf.errors import VaecfError
@@ -81,10 +81,11 @@ def _step(users: DataFrame, items: DataFrame) -> dict[str, int]:
     return {"rows": n_rows, "users": n_users, "items": _totals(items, F.count(F.lit(1)))[0]}
 
 
-def _filter(pairs: DataFrame, items: DataFrame, rows: int, config: FilterConfig,
+def _filter(pairs: DataFrame, items: DataFrame, rows: int, parts: int, config: FilterConfig,
             counts: dict[str, Any]) -> tuple[DataFrame, dict[str, int]]:
     """Items first, then users; repeated until stable with ``k_core`` (as the pandas engine).
-    ``pairs``: hashed by user, persisted; ``items``: its per-item table; ``rows``: its rows.
+    ``pairs``: hashed by user into ``parts`` partitions, persisted; ``items``: its per-item
+    table; ``rows``: its rows.
     Returns the pairs kept and their counts."""
     rounds = 0
     while True:
@@ -101,7 +102,7 @@ def _filter(pairs: DataFrame, items: DataFrame, rows: int, config: FilterConfig,
         pairs = pairs.join(users.select("user_id").hint("shuffle_hash"), "user_id", "left_semi")
         if config.k_core:  # the next round reads this round's pairs, not the chain of joins
             pairs = pairs.persist()
-        items = _per_id(pairs, "item_id").persist()
+        items = _per_id(pairs, "item_id").coalesce(parts).persist()
         kept = _step(users, items)
         rows = kept["rows"]
         if rounds == 1:
@@ -138,15 +139,19 @@ def preprocess(raw: RawFrame, config: FilterConfig, source: str = "the input"
             raise VaecfError(f"no positives: no {raw.kind} passes the threshold (--min-rating "
                              f"{config.min_rating:g}, --min-plays {config.min_plays})")
         implicit = raw.rows.where(positive).select(*_IDS)
-        dedup = hashed_by_user(implicit, counts["implicit"]["rows"]).distinct().persist()
-        users, items = _per_id(dedup, "user_id").persist(), _per_id(dedup, "item_id").persist()
+        parts = partitions(implicit, counts["implicit"]["rows"])
+        dedup = implicit.repartition(parts, "user_id").distinct().persist()
+        # the items' table in as many partitions as the pairs, not Spark's 200 shuffle
+        # partitions: a cached table keeps them, and every pass reading it pays 200 tasks
+        users = _per_id(dedup, "user_id").persist()
+        items = _per_id(dedup, "item_id").coalesce(parts).persist()
         counts["dedup"] = _step(users, items)  # the first job to read dedup: it is cached
     finally:
         raw.cached.unpersist()
     _check_ids(dedup, users, items, source)
     users.unpersist()
     counts["duplicates"] = counts["implicit"]["rows"] - counts["dedup"]["rows"]
-    kept, output = _filter(dedup, items, counts["dedup"]["rows"], config, counts)
+    kept, output = _filter(dedup, items, counts["dedup"]["rows"], parts, config, counts)
     if output["rows"] == 0:
         raise VaecfError(
             f"every user was filtered out: none of {counts['dedup']['users']:,} users keeps "

@@ -28,6 +28,7 @@ from vaecf.data.spark.frames import (
     hashed_by_user,
     id_key,
     pair_key,
+    partitions,
     sorted_batches,
     with_rank,
 )
@@ -87,9 +88,11 @@ def split(pairs: DataFrame, config: SplitConfig
     """
     read = pairs.persist()
     try:
-        per_user = read.groupBy("user_id").agg(F.count(F.lit(1)).alias("_n")).persist()
-        rows = int(per_user.agg(F.sum("_n")).first()[0] or 0)  # type: ignore[index]
+        rows = read.count()
         pairs = hashed_by_user(read, rows).persist()
+        # in the pairs' partitions: a cached table of Spark's 200 shuffle partitions costs
+        # every later pass 200 tasks (most of a 9.9M split's CPU, notes/i38speed.md)
+        per_user = pairs.groupBy("user_id").agg(F.count(F.lit(1)).alias("_n")).persist()
         try:
             return _split(pairs, per_user, rows, config)
         finally:
@@ -110,7 +113,8 @@ def _split(pairs: DataFrame, per_user: DataFrame, n_pairs: int, config: SplitCon
     with_split = pairs.join(users.hint("shuffle_hash"), "user_id")
     items = with_rank(with_split.where(F.col("split") == _TRAIN).select("item_id").distinct(),
                       ["item_id"], "item_idx")
-    items = items.withColumn("item_key", id_key(config.seed, "item_id")).persist()
+    items = items.withColumn("item_key", id_key(config.seed, "item_id")).coalesce(
+        partitions(pairs, n_pairs)).persist()
     kept = with_split.join(items, "item_id")
     kept_per_user = kept.groupBy("user_id", "split").agg(F.count(F.lit(1)).alias("_n")).persist()
     kept_users = with_rank(kept_per_user.select("user_id", "split"), ["split", "user_id"],
