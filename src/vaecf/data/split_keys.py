@@ -12,7 +12,9 @@ partitions) assign every user and every pair the same way:
 - keys compare as signed 64-bit integers (``int64``, as Spark's ``LongType`` does), ties
   broken by the id's text.
 
-``SPLIT_FUNCTION`` names this definition; the split's manifest records it.
+``SPLIT_FUNCTION`` names this definition; the split's manifest records it. The Spark
+engine computes the same keys in Spark's own expressions (``vaecf.data.spark.frames``), with
+``GOLDEN``, ``MIX1`` and ``MIX2``.
 """
 
 from __future__ import annotations
