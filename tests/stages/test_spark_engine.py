@@ -388,3 +388,48 @@ def test_the_cli_starts_its_own_session_on_the_master_it_is_given(tmp_path: Path
     assert "master local[1]" in done.stdout
     assert "Using Spark's default log4j profile" not in done.stderr  # vaecf's quiet one
     assert read_manifest(tmp_path / "out", "dataset")["engine"] == "spark"
+
+
+def test_spark_keys_are_split_keys(spark) -> None:  # type: ignore[no-untyped-def]
+    """Spark's own expressions (sha2, 16-bit products) give ``split_keys``' keys: text and
+    integer ids, and pair keys at the 64-bit edges, where a wrong carry or sign shows."""
+    from vaecf.data.spark.frames import id_key, pair_key
+
+    texts = ["7", "-3", "héllo", "", "a\x1fb", "0", "x" * 300, "😀"]
+    numbers = [7, -3, 0, 2**63 - 1, -2**63, 1, 10**18]
+    got = [row[0] for row in spark.createDataFrame([(t,) for t in texts], "id string")
+           .select(id_key(11, "id")).collect()]
+    assert got == text_keys(11, texts).tolist()
+    got = [row[0] for row in spark.createDataFrame([(n,) for n in numbers], "id long")
+           .select(id_key(11, "id")).collect()]
+    assert got == text_keys(11, numbers).tolist()
+    rng = np.random.default_rng(3)
+    users, items = (rng.integers(-2**63, 2**63 - 1, 500, dtype=np.int64,
+                                 endpoint=True) for _ in range(2))
+    users[:5], items[:5] = [0, -1, 2**63 - 1, -2**63, 1], [-1, -2**63, 1, 2**63 - 1, 0]
+    frame = spark.createDataFrame([(int(u), int(i)) for u, i in zip(users, items, strict=True)],
+                                  "u long, i long")
+    got = [row[0] for row in pair_key(frame, "u", "i", "k").select("k").collect()]
+    assert got == pair_keys(users, items).tolist()
+
+
+@pytest.mark.parametrize("column", ["user", "item"])
+def test_spark_refuses_a_long_id_as_pandas_does(cli, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                column: str) -> None:
+    """An id longer than serving takes (``MAX_ID_BYTES``), found in the per-id tables."""
+    long = "é" * 129  # 258 bytes of UTF-8
+    rows = {"user": ["u1", "u2", "u1"], "item": ["i1", "i1", "i2"]}
+    rows[column][0] = long
+    source = tmp_path / "source" / "a.csv"
+    source.parent.mkdir()
+    source.write_text("user,item\n" + "".join(
+        f"{u},{i}\n" for u, i in zip(rows["user"], rows["item"], strict=True)))
+    code, _, err = cli("download", "--dataset", "table", "--source", source.parent,
+                       "--user-column", "user", "--item-column", "item", "--output",
+                       tmp_path / "raw")
+    assert code == 0, err
+    for engine in ("pandas", "spark"):
+        result = cli("preprocess", "--input", tmp_path / "raw", "--output", tmp_path / engine,
+                     "--min-user-items", "1", "--min-item-users", "1", "--engine", engine)
+        stage_checks.assert_failed("preprocess", result, tmp_path / engine,
+                                   f"a.csv: {column}_id 'éééé", "is 258 bytes long")

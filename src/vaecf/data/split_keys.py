@@ -12,7 +12,9 @@ partitions) assign every user and every pair the same way:
 - keys compare as signed 64-bit integers (``int64``, as Spark's ``LongType`` does), ties
   broken by the id's text.
 
-``SPLIT_FUNCTION`` names this definition; the split's manifest records it.
+``SPLIT_FUNCTION`` names this definition; the split's manifest records it. The Spark
+engine computes the same keys in Spark's own expressions (``vaecf.data.spark.frames``), with
+``GOLDEN``, ``MIX1`` and ``MIX2``.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from collections.abc import Iterable
 import numpy as np
 
 SPLIT_FUNCTION = "sha256-splitmix64-v1"
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+MIX2 = np.uint64(0x94D049BB133111EB)
 
 
 def id_text(value: object) -> str:
@@ -51,10 +53,10 @@ def pair_keys(user_keys: np.ndarray, item_keys: np.ndarray) -> np.ndarray:
     """(n,) int64 keys of pairs, from their users' and items' keys (each (n,) int64)."""
     with np.errstate(over="ignore"):
         x = (np.asarray(user_keys, np.int64).view(np.uint64)
-             ^ (np.asarray(item_keys, np.int64).view(np.uint64) * _GOLDEN))
+             ^ (np.asarray(item_keys, np.int64).view(np.uint64) * GOLDEN))
         x = x ^ (x >> np.uint64(30))
-        x = x * _MIX1
+        x = x * MIX1
         x = x ^ (x >> np.uint64(27))
-        x = x * _MIX2
+        x = x * MIX2
         x = x ^ (x >> np.uint64(31))
     return x.view(np.int64)

@@ -14,16 +14,32 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from vaecf.data.split_keys import pair_keys, text_keys
+from vaecf.data.split_keys import GOLDEN, MIX1, MIX2
 
 _PART, _POS, _OFFSET = "_vaecf_part", "_vaecf_pos", "_vaecf_offset"
+# Rows of pairs per partition of a frame hashed by user. Spark's 200 shuffle partitions cost
+# each task its own hash maps and pages: at 9.9M positives a pass over 200 cached partitions
+# took several times the CPU of the same pass over 5 (notes/i38speed.md).
+ROWS_PER_PARTITION = 2_000_000
+
+
+def partitions(frame: DataFrame, rows: int) -> int:
+    """Partitions for ``rows`` rows of pairs: about ``ROWS_PER_PARTITION`` each, at least one
+    per core."""
+    return max(frame.sparkSession.sparkContext.defaultParallelism, -(-rows // ROWS_PER_PARTITION))
+
+
+def hashed_by_user(frame: DataFrame, rows: int) -> DataFrame:
+    """``frame`` (``rows`` rows) hashed by ``user_id`` into ``partitions``: every per-user
+    aggregate, window and join on ``user_id`` then runs inside the partitions, with no
+    shuffle of the pairs."""
+    return frame.repartition(partitions(frame, rows), "user_id")
 
 
 def with_rank(frame: DataFrame, order: list[str | Column], name: str) -> DataFrame:
@@ -97,29 +113,58 @@ def sorted_parts(frame: DataFrame, order: list[str], uri: str, name: str,
             for row in sorted(written.collect(), key=lambda row: row["partition"])}
 
 
-def id_keys(seed: int) -> Any:
-    """A pandas UDF: each id's (text or long) split key, ``split_keys.text_keys``."""
-    @F.pandas_udf(T.LongType())  # type: ignore[call-overload]
-    def keys(ids: pd.Series) -> pd.Series:
-        return pd.Series(text_keys(seed, ids.tolist()), index=ids.index)
-
-    return keys
+def id_key(seed: int, column: str) -> Column:
+    """Each id's split key (``split_keys.text_keys``) in Spark's own expressions: the first
+    16 hex digits of ``sha2`` over ``"<seed>\\x1f<id text>"``, read as a signed long."""
+    text = F.concat(F.lit(f"{int(seed)}\x1f"), F.col(column).cast("string"))
+    return F.conv(F.substring(F.sha2(text, 256), 1, 16), 16, -10).cast("long")
 
 
-@F.pandas_udf(T.LongType())  # type: ignore[call-overload]
-def pair_key(user_keys: pd.Series, item_keys: pd.Series) -> pd.Series:
-    """A pandas UDF: each pair's key from its user's and item's keys, ``pair_keys``."""
-    return pd.Series(pair_keys(user_keys.to_numpy(), item_keys.to_numpy()),
-                     index=user_keys.index)
+def pair_key(frame: DataFrame, user_key: str, item_key: str, name: str) -> DataFrame:
+    """``frame`` with a column ``name``: each pair's key (``split_keys.pair_keys``) in
+    Spark's own expressions.
+
+    SplitMix64's wrapping 64-bit products are built from 16-bit pieces (``_times``), which
+    no ANSI overflow check refuses; each step is a column of its own, so that an expression
+    never holds its input more than a few times over.
+    """
+    x = F.col("_vaecf_x")
+    steps = [F.col(user_key).bitwiseXOR(_times(F.col(item_key), _GOLDEN)),
+             x.bitwiseXOR(F.shiftrightunsigned(x, 30)), _times(x, _MIX1),
+             x.bitwiseXOR(F.shiftrightunsigned(x, 27)), _times(x, _MIX2),
+             x.bitwiseXOR(F.shiftrightunsigned(x, 31))]
+    for step in steps:
+        frame = frame.withColumn("_vaecf_x", step)
+    return frame.withColumnRenamed("_vaecf_x", name)
 
 
-def step_counts(frame: DataFrame, user: str = "user_id", item: str = "item_id"
-                ) -> dict[str, int]:
-    """``{"rows", "users", "items"}`` of ``frame``, as the pandas engine counts a step."""
-    row = frame.agg(F.count(F.lit(1)).alias("rows"), F.count_distinct(user).alias("users"),
-                    F.count_distinct(item).alias("items")).first()
-    assert row is not None  # an aggregate without grouping has one row
-    return {"rows": int(row["rows"]), "users": int(row["users"]), "items": int(row["items"])}
+_GOLDEN, _MIX1, _MIX2 = (int(c) for c in (GOLDEN, MIX1, MIX2))
+_LOW16, _LOW32 = 0xFFFF, 0xFFFFFFFF
+
+
+def _times(x: Column, constant: int) -> Column:
+    """``x * constant`` modulo 2**64, as a signed long, without a product beyond 2**34.
+
+    With x = xh 2**32 + xl and c = ch 2**32 + cl (unsigned halves), the product's low word is
+    that of xl cl, and its high word that of xl cl's carry + xh cl + xl ch; xl cl is summed
+    from 16-bit pieces, the other two taken modulo 2**32 (``_times_low``).
+    """
+    low, high = x.bitwiseAND(_LOW32), F.shiftrightunsigned(x, 32)
+    c_low, c_high = constant & _LOW32, constant >> 32
+    a0, a1 = low.bitwiseAND(_LOW16), F.shiftright(low, 16)
+    b0, b1 = c_low & _LOW16, c_low >> 16
+    middle = a1 * b0 + a0 * b1
+    bottom = a0 * b0 + F.shiftleft(middle.bitwiseAND(_LOW16), 16)
+    top = (a1 * b1 + F.shiftright(middle, 16) + F.shiftright(bottom, 32)
+           + _times_low(high, c_low) + _times_low(low, c_high))
+    return F.shiftleft(top.bitwiseAND(_LOW32), 32).bitwiseOR(bottom.bitwiseAND(_LOW32))
+
+
+def _times_low(x: Column, constant: int) -> Column:
+    """``x * constant`` modulo 2**32 (plus a multiple of 2**32 below 2**34), x < 2**32."""
+    x0, x1 = x.bitwiseAND(_LOW16), F.shiftright(x, 16)
+    c0, c1 = constant & _LOW16, constant >> 16
+    return x0 * c0 + F.shiftleft((x1 * c0 + x0 * c1).bitwiseAND(_LOW16), 16)
 
 
 def arrow_type(frame: DataFrame, column: str) -> pa.DataType:

@@ -23,7 +23,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from vaecf.data.spark.frames import arrow_type, id_keys, pair_key, sorted_batches, with_rank
+from vaecf.data.spark.frames import (
+    arrow_type,
+    hashed_by_user,
+    id_key,
+    pair_key,
+    partitions,
+    sorted_batches,
+    with_rank,
+)
 from vaecf.data.spark.raw import read_parquet_ids
 from vaecf.data.split import SplitConfig, heldout_counts, user_offsets, write_split_manifest
 from vaecf.data.splits import (
@@ -45,11 +53,11 @@ def read_interactions(spark: SparkSession, paths: list[Path | str]) -> DataFrame
     return read_parquet_ids(spark, paths, ["user_id", "item_id"])
 
 
-def _assign_users(pairs: DataFrame, config: SplitConfig) -> tuple[DataFrame, int]:
-    """(user_id, user_key, split code) of every user, and the number of users."""
-    keys = id_keys(config.seed)
-    users = pairs.select("user_id").distinct().withColumn("user_key", keys("user_id"))
-    ranked = with_rank(users, ["user_key", F.col("user_id").cast("string")], "rank")
+def _assign_users(users: DataFrame, config: SplitConfig) -> tuple[DataFrame, int]:
+    """(user_id, user_key, split code) of every user of ``users`` (one row per user), and
+    the number of users."""
+    keyed = users.select("user_id", id_key(config.seed, "user_id").alias("user_key"))
+    ranked = with_rank(keyed, ["user_key", F.col("user_id").cast("string")], "rank")
     n_users = ranked.count()
     n_val, n_test = heldout_counts(n_users, config)
     split = (F.when(F.col("rank") < n_val, _VAL)
@@ -58,14 +66,14 @@ def _assign_users(pairs: DataFrame, config: SplitConfig) -> tuple[DataFrame, int
 
 
 def _parts(pairs: DataFrame, config: SplitConfig) -> DataFrame:
-    """Each pair's part code (index into ``matrix_names()``) from the held-out rule."""
-    by_user = Window.partitionBy("user_idx")
+    """Each pair's part code (index into ``matrix_names()``) from the held-out rule; ``pairs``
+    hashed by user: the held-out users' windows sort in their partitions, no shuffle."""
+    by_user = Window.partitionBy("user_id")
     position = F.row_number().over(by_user.orderBy(
         "pair_key", F.col("item_id").cast("string"))) - 1
     holdout = position < F.floor(F.lit(config.holdout_fraction) * F.count(F.lit(1)).over(by_user))
-    heldout = (pairs.where(F.col("split") != _TRAIN)
-               .withColumn("pair_key", pair_key("user_key", "item_key"))
-               .withColumn("part", 2 * F.col("split") - 1 + holdout.cast("int")))
+    heldout = pair_key(pairs.where(F.col("split") != _TRAIN), "user_key", "item_key", "pair_key"
+                       ).withColumn("part", 2 * F.col("split") - 1 + holdout.cast("int"))
     train = pairs.where(F.col("split") == _TRAIN).withColumn("part", F.lit(0))
     columns = ["user_idx", "item_idx", "split", "part"]
     return train.select(*columns).unionByName(heldout.select(*columns))
@@ -79,27 +87,45 @@ def split(pairs: DataFrame, config: SplitConfig
       users (user_idx, user_id, split name), items (item_idx, item_id), pairs (user_idx,
       item_idx, split code, part code), and the counts the pandas engine records.
     """
-    pairs = pairs.persist()
+    read = pairs.persist()
     try:
-        return _split(pairs, config)
+        rows = read.count()
+        pairs = hashed_by_user(read, rows).persist()
+        # in the pairs' partitions: a cached table of Spark's 200 shuffle partitions costs
+        # every later pass 200 tasks (most of a 9.9M split's CPU, notes/i38speed.md)
+        per_user = pairs.groupBy("user_id").agg(F.count(F.lit(1)).alias("_n")).persist()
+        try:
+            return _split(pairs, per_user, rows, config)
+        finally:
+            pairs.unpersist()
+            per_user.unpersist()
     finally:
-        pairs.unpersist()
+        read.unpersist()
 
 
-def _split(pairs: DataFrame, config: SplitConfig
+def _split(pairs: DataFrame, per_user: DataFrame, n_pairs: int, config: SplitConfig
            ) -> tuple[DataFrame, DataFrame, DataFrame, dict[str, Any]]:
-    users, n_users = _assign_users(pairs, config)
-    with_split = pairs.join(users, "user_id")
+    """The split of ``pairs`` (``n_pairs``), hashed by user and persisted, whose rows per
+    user are ``per_user`` (user_id, _n). Every per-user table joins them
+    hashed (``shuffle_hash``: only the table moves), the items' table broadcast when Spark
+    finds it small; counts come from per-user tables (hash aggregates in the partitions);
+    only the placed pairs are materialized, for the writes that read them part by part."""
+    users, n_users = _assign_users(per_user.select("user_id"), config)
+    with_split = pairs.join(users.hint("shuffle_hash"), "user_id")
     items = with_rank(with_split.where(F.col("split") == _TRAIN).select("item_id").distinct(),
                       ["item_id"], "item_idx")
-    items = items.withColumn("item_key", id_keys(config.seed)("item_id")).localCheckpoint()
-    kept = with_split.join(items, "item_id").localCheckpoint()
-    counts: dict[str, Any] = {"pairs_outside_item_universe": pairs.count() - kept.count()}
-    kept_users = with_rank(kept.select("user_id", "split").distinct(), ["split", "user_id"],
+    items = items.withColumn("item_key", id_key(config.seed, "item_id")).coalesce(
+        partitions(pairs, n_pairs)).persist()
+    kept = with_split.join(items, "item_id")
+    kept_per_user = kept.groupBy("user_id", "split").agg(F.count(F.lit(1)).alias("_n")).persist()
+    kept_users = with_rank(kept_per_user.select("user_id", "split"), ["split", "user_id"],
                            "user_idx").localCheckpoint()
+    n_kept = int(kept_per_user.agg(F.sum("_n")).first()[0] or 0)  # type: ignore[index]
+    counts: dict[str, Any] = {"pairs_outside_item_universe": n_pairs - n_kept}
     counts["heldout_users_without_items"] = n_users - kept_users.count()
-    placed = _parts(kept.join(kept_users.select("user_id", "user_idx"), "user_id"),
-                    config).localCheckpoint()
+    placed = _parts(kept.join(kept_users.select("user_id", "user_idx").hint("shuffle_hash"),
+                              "user_id"), config).localCheckpoint()
+    kept_per_user.unpersist()
     per_split: dict[int, int] = dict(kept_users.groupBy("split").count().collect())
     holdouts = placed.where((F.col("part") % 2 == 0) & (F.col("split") != _TRAIN))
     with_holdout: dict[int, int] = dict(
