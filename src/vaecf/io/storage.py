@@ -82,29 +82,28 @@ def list_keys(uri: str) -> list[str]:
     """
     bucket, prefix = split_s3(uri)
     prefix = prefix + "/" if prefix else ""
-    keys: list[str] = []
+    return sorted(obj["Key"][len(prefix):] for obj in _objects(uri, bucket, prefix)
+                  if not (obj["Key"].endswith("/") and obj["Size"] == 0))
+
+
+def _objects(uri: str, bucket: str, prefix: str) -> list[dict[str, Any]]:
+    """Every object of ``bucket`` whose key starts with ``prefix`` (``uri`` names it in
+    errors)."""
+    objects: list[dict[str, Any]] = []
     try:
         for page in client().get_paginator("list_objects_v2").paginate(Bucket=bucket,
                                                                        Prefix=prefix):
-            keys.extend(obj["Key"][len(prefix):] for obj in page.get("Contents", [])
-                        if not (obj["Key"].endswith("/") and obj["Size"] == 0))
+            objects.extend(page.get("Contents", []))
     except Exception as err:  # botocore raises several unrelated types
         raise describe(err, uri) from err
-    return sorted(keys)
+    return objects
 
 
 def keys_starting(uri: str) -> list[str]:
     """The keys that start with ``uri``'s key, as they are (``s3://b/p/.x`` lists
     ``p/.x-1/a``, not ``p/.x/...`` alone), sorted."""
     bucket, start = split_s3(uri)
-    keys: list[str] = []
-    try:
-        for page in client().get_paginator("list_objects_v2").paginate(Bucket=bucket,
-                                                                       Prefix=start):
-            keys.extend(obj["Key"] for obj in page.get("Contents", []))
-    except Exception as err:  # botocore raises several unrelated types
-        raise describe(err, uri) from err
-    return sorted(keys)
+    return sorted(obj["Key"] for obj in _objects(uri, bucket, start))
 
 
 def list_names(uri: str) -> list[str]:
