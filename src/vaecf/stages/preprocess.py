@@ -82,10 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
 def run(config: PreprocessConfig) -> None:
     started = time.monotonic()
     with publish(config.output, manifest_name(STAGE), [config.input]) as staging:
-        remote = _in_place(config)
-        with (nullcontext(None) if remote else open_input(config.input)) as raw_dir:
-            download = (read_remote_manifest(config.input, "download") if raw_dir is None
-                        else read_manifest(raw_dir, "download"))
+        in_place = _in_place(config)
+        with (nullcontext(None) if in_place else open_input(config.input)) as raw_dir:
+            if raw_dir is None:  # read once, by _in_place
+                assert in_place is not None
+                download = in_place
+            else:
+                download = read_manifest(raw_dir, "download")
             source = config.input.rstrip("/") if raw_dir is None else raw_dir
             try:
                 dataset = get_dataset(download["dataset"])
@@ -126,20 +129,21 @@ def run(config: PreprocessConfig) -> None:
                                 for name, entry in written.items()})
 
 
-def _in_place(config: PreprocessConfig) -> bool:
-    """Whether the Spark engine's tasks read the download where it lies (``s3://``, plain
-    files, checked by the tasks): nothing is copied to the driver. An archive is still
-    fetched and opened by the driver (its members are not byte ranges of an object), which
-    puts them where a cluster's tasks read them (``share_files``)."""
+def _in_place(config: PreprocessConfig) -> dict[str, Any] | None:
+    """The download's manifest when the Spark engine's tasks read the download where it lies
+    (``s3://``, plain files, checked by the tasks): nothing is copied to the driver; else
+    None. An archive is still fetched and opened by the driver (its members are not byte
+    ranges of an object), which puts them where a cluster's tasks read them
+    (``share_files``)."""
     if config.engine != "spark" or not is_s3(config.input):
-        return False
+        return None
     download = read_remote_manifest(config.input, "download")
     names = [str(record.get("name", "")) for record in download.get("downloads") or []
              if isinstance(record, dict)]
     if any(is_archive(name) for name in names):
         log.info(f"{config.input}: an archive: the driver fetches and opens it")
-        return False
-    return True
+        return None
+    return download
 
 
 def _pandas(dataset: Dataset, raw_dir: Path, names: list[str], extracted: Path,
