@@ -1,6 +1,7 @@
 """``--engine spark`` on a Spark standalone cluster with no shared disk: a master and two
 workers, each worker (and so each executor it starts) in its own mount namespace where a
-tmpfs hides ``/tmp`` and the driver's temporary folder. With ``s3://`` input and output (S3 on
+tmpfs hides ``/tmp`` and the driver's temporary folder (the interpreter and the package, which
+lie in ``/tmp`` in CI's clone, are bound back). With ``s3://`` input and output (S3 on
 moto's server) the stages run and equal the pandas engine's; a driver-local input is opened
 by no executor (the stage fails), which is what makes the first test a proof.
 
@@ -45,6 +46,25 @@ def _spark_class() -> str:
     return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
 
 
+def _private_tmp(hidden: Path) -> str:
+    """The ``sh -c`` script that starts a worker with a tmpfs over the drivers' folder and
+    over ``/tmp``, and that execs its arguments. What the worker must run lies maybe in
+    ``/tmp`` (CI's clone, its virtual environment): those folders are bound back from the old
+    ``/tmp``, reached through a descriptor held open across the mount (``--no-canonicalize``:
+    else ``mount`` resolves the link to the new, empty ``/tmp``)."""
+    import vaecf
+
+    tmp = Path("/tmp").resolve()
+    needed = sorted({Path(sys.prefix).resolve(), Path(vaecf.__file__).resolve().parents[1]})
+    kept = [path for path in needed if path.is_relative_to(tmp)
+            and not any(path != other and path.is_relative_to(other) for other in needed)]
+    back = "".join(f" && mkdir -p '{path}' && mount --no-canonicalize --bind "
+                   f"\"/proc/$$/fd/3/{path.relative_to(tmp)}\" '{path}'" for path in kept)
+    # the drivers' folder first: it may lie in /tmp, which hides it too
+    return (f"exec 3</tmp && mount -t tmpfs tmpfs '{hidden}' && mount -t tmpfs tmpfs /tmp{back}"
+            " && exec \"$0\" \"$@\" 3<&-")
+
+
 def _alive_workers(ui: int) -> int:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=5) as answer:
@@ -81,8 +101,7 @@ def cluster(s3_server: str, tmp_path_factory: pytest.TempPathFactory
         [_spark_class(), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
          "--port", str(port), "--webui-port", str(ui)],
         env=env, stdout=log, stderr=log, start_new_session=True)]
-    # the drivers' folder first: it may lie in /tmp, which hides it too
-    hide = f"mount -t tmpfs tmpfs '{hidden}' && mount -t tmpfs tmpfs /tmp && exec \"$0\" \"$@\""
+    hide = _private_tmp(hidden)
     for _ in range(2):
         started.append(subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide,
