@@ -158,23 +158,25 @@ def read_pairs(groups: RowGroups, users: range, span: range,
     table = groups.read(chosen, _PAIRS)
     user = table.column("user_idx").to_numpy().astype(np.int64)
     item = table.column("item_idx").to_numpy().astype(np.int64)
-    starts = np.cumsum(groups.rows[chosen]) - groups.rows[chosen]  # each chosen group's first row
-    wrong = np.flatnonzero(user[starts] != groups.first[chosen])
-    steps = np.flatnonzero(np.diff(user) < 0)
-    if wrong.size or steps.size:
-        row = int(min(starts[wrong[0]] if wrong.size else len(user), steps[0] + 1 if steps.size
-                      else len(user)))
-        raise VaecfError(f"{groups.path_of(chosen, row)}: its rows are not sorted by user_idx "
-                         "from the first users the manifest lists for its row groups")
-    repeats = np.flatnonzero((np.diff(user) == 0) & (np.diff(item) <= 0))
-    if repeats.size:
-        raise VaecfError(f"{groups.path_of(chosen, int(repeats[0]) + 1)}: a user's item_idx "
-                         "are not in increasing order")
     outside = np.flatnonzero((item < 0) | (item >= n_items) | (user < span.start)
                              | (user >= span.stop))
     if outside.size:
         raise VaecfError(f"{groups.path_of(chosen, int(outside[0]))}: item_idx outside "
                          f"0..{n_items - 1} or user_idx outside {span.start}..{span.stop - 1}")
+    starts = np.cumsum(groups.rows[chosen]) - groups.rows[chosen]  # each chosen group's first row
+    wrong = np.flatnonzero(user[starts] != groups.first[chosen])
+    step = np.diff(user)
+    steps = np.flatnonzero(step < 0)
+    if wrong.size or steps.size:
+        row = int(min(starts[wrong[0]] if wrong.size else len(user), steps[0] + 1 if steps.size
+                      else len(user)))
+        raise VaecfError(f"{groups.path_of(chosen, row)}: its rows are not sorted by user_idx "
+                         "from the first users the manifest lists for its row groups")
+    repeats = np.flatnonzero((step == 0) & (np.diff(item) <= 0))
+    del step
+    if repeats.size:
+        raise VaecfError(f"{groups.path_of(chosen, int(repeats[0]) + 1)}: a user's item_idx "
+                         "are not in increasing order")
     low, high = np.searchsorted(user, [users.start, users.stop])
     indptr = np.searchsorted(user[low:high], np.arange(users.start, users.stop + 1))
     matrix = sp.csr_matrix((np.ones(high - low, np.float32),
