@@ -33,11 +33,14 @@ from vaecf.errors import VaecfError
 from vaecf.io.manifest import sha256_file
 
 TABLES = [*matrix_names(), "user_index", "item_index"]
+SHARES = 4
 
 
-def as_parts(files: Path, out: Path, parts: int = 5, group_rows: int = 1 << 20) -> Path:
+def as_parts(files: Path, out: Path, cuts: dict[str, list[int]], parts: int = 5,
+             group_rows: int = 1 << 20) -> Path:
     """``files`` (a split of one file per table) in the parts layout at ``out``: each table
-    cut into ``parts`` parts of about equal rows, each part in row groups of ``group_rows``."""
+    cut at the rows ``cuts`` lists, else into ``parts`` parts of about equal rows; each part
+    in row groups of ``group_rows``."""
     manifest = json.loads((files / "dataset_manifest.json").read_text())
     out.mkdir()
     listing: dict[str, list[dict[str, Any]]] = {}
@@ -45,7 +48,10 @@ def as_parts(files: Path, out: Path, parts: int = 5, group_rows: int = 1 << 20) 
     for table in TABLES:
         rows = pq.read_table(files / f"{table}.parquet")
         reported: dict[str, dict[str, Any]] = {}
-        for n, cut in enumerate(np.array_split(np.arange(rows.num_rows), parts)):
+        every = np.arange(rows.num_rows)
+        pieces = (np.split(every, cuts[table]) if table in cuts
+                  else np.array_split(every, parts))
+        for n, cut in enumerate(pieces):
             if not len(cut):
                 continue
             name = f"{table}/part-{n:05d}.parquet"
@@ -75,9 +81,14 @@ def _write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
 def both(synthetic_split, tmp_path_factory: pytest.TempPathFactory  # type: ignore[no-untyped-def]
          ) -> tuple[Path, Path]:
     """(the files, the same split as parts): 600 users, 5 parts a table, one row group
-    a part."""
+    a part; training's cut inside the first user of each quarter of the training users (a
+    rank's share of 4): each such user straddles two parts."""
     files = synthetic_split()
-    return files, as_parts(files, tmp_path_factory.mktemp("parts") / "s")
+    rows = load_split(files).train.indptr
+    firsts = [user_share(len(rows) - 1, SHARES, k).start for k in range(1, SHARES)]
+    assert all(rows[u + 1] - rows[u] >= 2 for u in firsts)
+    cuts = {"train": [int(rows[u]) + 1 for u in firsts]}
+    return files, as_parts(files, tmp_path_factory.mktemp("parts") / "s", cuts)
 
 
 def _same(a: Split, b: Split) -> None:
@@ -117,9 +128,9 @@ def test_each_share_reads_only_the_parts_that_hold_it(both: tuple[Path, Path]) -
              (pq.read_table(parts / p["name"]).column("user_idx").to_numpy()
               for p in listed["train.parquet"])]
     held = 0
-    for share in range(4):
-        users = user_share(whole.n_train_users, 4, share)
-        loaded = load_split(parts, train_share=(share, 4))
+    for share in range(SHARES):
+        users = user_share(whole.n_train_users, SHARES, share)
+        loaded = load_split(parts, train_share=(share, SHARES))
         _same(loaded, Split(**{**whole.__dict__, "train": whole.train[users.start:users.stop],
                                "train_first": users.start}))
         # the parts whose users meet the share, and no other

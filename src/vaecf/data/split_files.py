@@ -142,10 +142,11 @@ def _parts(directory: Path, manifest: dict[str, Any], file: str, where: str
 def _pairs(groups: list[Any], where: str) -> np.ndarray:
     """``[first key, rows]`` of each row group, checked: int64 [groups, 2]."""
     if not all(isinstance(g, list) and len(g) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= COUNT for v in g)
+            isinstance(v, int) and not isinstance(v, bool) and low <= v <= COUNT
+            for v, low in zip(g, (0, 1), strict=True))
             for g in groups):  # an edited 2**64 would overflow int64 below
-        raise VaecfError(f"{where}: expected [first user_idx, rows] pairs of integers from 0 "
-                         f"to {COUNT}")
+        raise VaecfError(f"{where}: expected [first user_idx, rows] pairs of integers up to "
+                         f"{COUNT} (rows from 1)")
     return np.array(groups, dtype=np.int64).reshape(-1, 2)
 
 
