@@ -273,6 +273,7 @@ def load_split(directory: Path, train_share: tuple[int, int] | None = None) -> S
     for s in SPLITS:
         field(offsets, s, f"{where}: user_offset", "int")
     pairs = field(field(manifest, "counts", where, "dict"), "pairs", f"{where}: counts", "dict")
+    field(pairs, "train", f"{where}: counts: pairs", "int")  # Split.n_train_pairs
     train_users = range(n_users["train"])
     if train_share is not None:
         train_users = user_share(n_users["train"], train_share[1], train_share[0])
