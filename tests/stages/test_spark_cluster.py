@@ -28,6 +28,8 @@ from test_spark_object_storage import _parts_table
 
 import vaecf.data.spark
 from vaecf.data.preprocess import INTERACTIONS
+from vaecf.data.splits import PART_FILES
+from vaecf.io import read_manifest
 from vaecf.io.storage import download_dir
 from vaecf.serve.loadtest import free_port
 
@@ -193,6 +195,8 @@ def test_split_on_a_cluster_without_a_shared_disk_equals_pandas(  # type: ignore
                        tmp_path / "split-pandas")
     assert code == 0, err
     download_dir(split, tmp_path / "split-spark")
+    # the tasks wrote the split's parts (no NPZ assembled by the driver)
+    assert PART_FILES in read_manifest(tmp_path / "split-spark", "dataset")
     assert_same_split(tmp_path / "split-spark", tmp_path / "split-pandas")
 
 

@@ -27,7 +27,7 @@ from test_split_stage import interactions
 
 from vaecf.data.split import SplitConfig, heldout_counts
 from vaecf.data.split_keys import id_text, pair_keys, text_keys
-from vaecf.data.splits import SPLITS, matrix_names
+from vaecf.data.splits import PART_FILES, SPLITS, Split, load_split, matrix_names
 from vaecf.io import read_manifest
 
 # a JVM on 2 cores: the session's start (15 s at a load of 15) is the first test's setup, and
@@ -350,18 +350,42 @@ def test_spark_split_follows_the_rule(cli, tmp_path: Path, text_ids: bool,  # ty
 
 def assert_same_split(spark: Path, pandas: Path) -> None:
     """Two engines' splits equal by content: every table, every matrix, the manifests' counts
-    and layout (Parquet bytes may differ)."""
-    for name in ["user_index", "item_index", *matrix_names()]:
-        assert (pq.read_table(spark / f"{name}.parquet").to_pydict()
-                == pq.read_table(pandas / f"{name}.parquet").to_pydict()), name
-    for name in matrix_names():
-        a, b = sp.load_npz(spark / f"{name}.npz"), sp.load_npz(pandas / f"{name}.npz")
-        assert a.shape == b.shape and a.dtype == b.dtype and (a != b).nnz == 0, name
+    and layout (Parquet bytes may differ). A Spark split of parts (an ``s3://`` output's: no
+    NPZ) is compared table by table, its parts read in order, and as ``load_split`` loads it."""
     manifests = read_manifest(spark, "dataset"), read_manifest(pandas, "dataset")
     assert [m["engine"] for m in manifests] == ["spark", "pandas"]
-    for key in ("counts", "n_users", "n_items", "user_offset", "train_row_groups",
-                "split_function", "parameters"):
+    keys = ["counts", "n_users", "n_items", "user_offset", "split_function", "parameters"]
+    if PART_FILES in manifests[0]:
+        assert not list(spark.glob("*.npz")) and not list(spark.glob("*.parquet"))
+        for name in ["user_index", "item_index", *matrix_names()]:
+            parts = manifests[0][PART_FILES][f"{name}.parquet"]
+            table = pa.concat_tables(pq.read_table(spark / part["name"]) for part in parts)
+            assert table.to_pydict() == pq.read_table(pandas / f"{name}.parquet").to_pydict(), name
+        assert_same_loaded(load_split(spark), load_split(pandas))
+    else:
+        keys.append("train_row_groups")
+        for name in ["user_index", "item_index", *matrix_names()]:
+            assert (pq.read_table(spark / f"{name}.parquet").to_pydict()
+                    == pq.read_table(pandas / f"{name}.parquet").to_pydict()), name
+        for name in matrix_names():
+            a, b = sp.load_npz(spark / f"{name}.npz"), sp.load_npz(pandas / f"{name}.npz")
+            assert a.shape == b.shape and a.dtype == b.dtype and (a != b).nnz == 0, name
+    for key in keys:
         assert manifests[0][key] == manifests[1][key], key
+
+
+def assert_same_loaded(a: Split, b: Split) -> None:
+    """Two loaded splits hold the same CSR matrices (canonical: the same arrays), raw ids
+    and users."""
+    assert (a.train_first, a.n_train_pairs, a.n_items) == (b.train_first, b.n_train_pairs,
+                                                            b.n_items)
+    for name in matrix_names():
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.shape == y.shape and x.dtype == y.dtype == np.float32, name
+        for array in ("indptr", "indices", "data"):
+            np.testing.assert_array_equal(getattr(x, array), getattr(y, array), err_msg=name)
+    assert a.item_ids.tolist() == b.item_ids.tolist()
+    assert a.user_index().to_pydict() == b.user_index().to_pydict()
 
 
 assert_split_failed = partial(stage_checks.assert_failed, "split")

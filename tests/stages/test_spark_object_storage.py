@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_spark_engine import assert_same_split
+from test_spark_engine import _pairs, assert_same_split
+from test_split_stage import interactions
 
 from vaecf.data.preprocess import INTERACTIONS, PARTS, interactions_files
+from vaecf.data.splits import PART_FILES, load_split, row_group_rows, user_share
 from vaecf.io import read_manifest
 from vaecf.io.manifest import read_remote_manifest
-from vaecf.io.storage import SUCCESS_MARKER, download_dir, list_keys
+from vaecf.io.storage import SUCCESS_MARKER, download_dir, list_keys, upload_dir
 
 pytestmark = [pytest.mark.usefixtures("spark"), pytest.mark.slow]
 
@@ -73,6 +76,38 @@ def test_spark_reads_and_writes_object_storage_as_pandas_does(cli, s3_bucket: st
     assert code == 0, err
     download_dir(f"s3://{s3_bucket}/split", tmp_path / "split-spark")
     assert_same_split(tmp_path / "split-spark", tmp_path / "split-pandas")
+    # ... written as parts by the tasks (no NPZ), of which each rank reads its share's groups
+    manifest = read_remote_manifest(f"s3://{s3_bucket}/split", "dataset")
+    assert len(manifest[PART_FILES]["train.parquet"]) > 1
+    whole = load_split(tmp_path / "split-pandas").train
+    for share in range(3):
+        users = user_share(whole.shape[0], 3, share)
+        part = load_split(tmp_path / "split-spark", train_share=(share, 3))
+        assert part.train_first == users.start
+        assert (part.train != whole[users.start:users.stop]).nnz == 0
+        assert (whole[users.start:users.stop].nnz <= part.train_rows_read
+                <= whole[users.start:users.stop].nnz + 2 * row_group_rows(whole.nnz))
+        assert part.train_rows_read < whole.nnz
+
+
+def test_a_failed_spark_split_publishes_nothing(cli, s3_bucket: str, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tasks wrote the split's parts; the driver fails before its manifest: no output,
+    and the staging prefix with the parts is gone."""
+    interactions(tmp_path / "in", _pairs(False))
+    upload_dir(tmp_path / "in", f"s3://{s3_bucket}/in", first="preprocess_manifest.json")
+    written: list[str] = []
+
+    def fail(*args: object, **kwargs: Any) -> None:
+        written.extend(kwargs["written"])
+        raise RuntimeError("killed before the manifest")
+
+    monkeypatch.setattr("vaecf.data.spark.split.write_split_manifest", fail)
+    with pytest.raises(RuntimeError, match="killed before the manifest"):
+        cli("split", "--input", f"s3://{s3_bucket}/in", "--output", f"s3://{s3_bucket}/out",
+            "--engine", "spark")
+    assert any(name.startswith("train/part-") for name in written)
+    assert [k for k in list_keys(f"s3://{s3_bucket}") if not k.startswith("in/")] == []
 
 
 def test_a_failed_spark_stage_publishes_nothing(cli, s3_bucket: str,  # type: ignore[no-untyped-def]

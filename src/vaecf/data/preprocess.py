@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 
 from vaecf.data.readers import RawInteractions, concat_ids
-from vaecf.data.splits import save_parquet
+from vaecf.data.splits import PART_FILES, save_parquet
 from vaecf.errors import VaecfError
 from vaecf.io.readers import check_ids, field
 
@@ -33,7 +33,7 @@ INTERACTIONS = "interactions.parquet"
 # The folder of its parts (part-<n>.parquet), where the tasks of the Spark engine write them
 # for an s3:// output; the manifest's ``parts`` lists them in order.
 INTERACTIONS_PARTS = "interactions"
-PARTS = "parts"
+PARTS = PART_FILES  # the manifest's files written as parts by a cluster's tasks
 # mission: DESIGN.md section 4; paper: Liang et al. 2018 (users >= 5, items not filtered).
 PRESETS: dict[str, dict[str, int]] = {
     "mission": {"min_user_items": 5, "min_item_users": 5},

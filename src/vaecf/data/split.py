@@ -305,14 +305,16 @@ def user_offsets(n_users: dict[str, int]) -> dict[str, int]:
 def write_split_manifest(directory: Path, *, counts: dict[str, Any], pairs: dict[str, int],
                          n_users: dict[str, int], n_items: int, inputs: dict[str, Any],
                          parameters: dict[str, Any], started: float,
-                         extra: dict[str, Any]) -> dict[str, Any]:
-    """``dataset_manifest.json`` of the split files in ``directory`` (every engine's)."""
+                         extra: dict[str, Any],
+                         written: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``dataset_manifest.json`` of the split files in ``directory`` (every engine's) and of
+    those ``written`` elsewhere (``write_manifest``: a cluster's parts)."""
     return write_manifest(
         directory, MANIFEST_STAGE, inputs=inputs, parameters=parameters,
         counts={**counts, "pairs": pairs, "users": n_users, "items": n_items},
         started=started,
         extra={**extra, "split_function": SPLIT_FUNCTION, "n_items": n_items,
-               "n_users": n_users, "user_offset": user_offsets(n_users)})
+               "n_users": n_users, "user_offset": user_offsets(n_users)}, written=written)
 
 
 def write_synthetic_split(directory: Path, n_users: int, n_items: int, seed: int,

@@ -16,6 +16,12 @@ A split directory holds, per DESIGN.md section 3:
   Horovod rank reads only the groups that hold its share of the training users
   (``load_split(directory, train_share=...)``), never the whole training matrix.
 
+That is the layout of every local output and of the pandas engine's. The Spark engine's
+``s3://`` output has no NPZ and no file assembled by its driver: each table is the Parquet
+parts its tasks wrote, ``<table>/part-<n>.parquet``, sorted as the file would be, which the
+manifest's ``parts`` lists with each part's rows, first key and row groups
+(``vaecf.data.split_files``). ``load_split`` reads both layouts into the same ``Split``.
+
 NPZ and Parquet files are written byte-deterministically (fixed zip timestamps), so the same
 data and seed give byte-identical files.
 """
@@ -25,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shutil
 import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -37,16 +44,17 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from vaecf import log
+from vaecf.data.split_files import PART_FILES as PART_FILES
+from vaecf.data.split_files import ROW_GROUPS as ROW_GROUPS
+from vaecf.data.split_files import listed, read_index, read_pairs, row_groups
 from vaecf.errors import VaecfError
-from vaecf.io.bounds import COUNT  # user_idx and row counts: scipy's CSR, Parquet's row groups
 from vaecf.io.manifest import read_manifest
-from vaecf.io.readers import IDS, INDEX, field, read_npz_csr, read_parquet
+from vaecf.io.readers import IDS, INDEX, field, read_npz_csr
 
 SPLITS = ("train", "val", "test")
 HELDOUT_SPLITS = ("val", "test")
 PARTS = ("fold_in", "holdout")
 MANIFEST_STAGE = "dataset"
-ROW_GROUPS = "train_row_groups"
 ROW_GROUP_ROWS = 1 << 16  # 512 KiB of (user_idx, item_idx) int32 pairs before compression
 MIN_GROUP_ROWS = 1024
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -83,7 +91,8 @@ def save_csr(path: Path, matrix: sp.csr_matrix) -> None:
 
 _PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "use_dictionary": True,
                                     "write_statistics": True, "store_schema": True}
-_ROW_GROUP = 1 << 20  # rows of a streamed file's row groups unless a part asks for others
+STREAM_GROUP_ROWS = 1 << 20  # rows of a streamed file's row groups unless a part asks
+# for others
 
 
 def save_parquet(path: Path, table: pa.Table) -> None:
@@ -100,7 +109,7 @@ def row_group_rows(n_rows: int) -> int:
 
 
 def save_parquet_batches(path: Path, schema: pa.Schema, batches: Iterable[pa.RecordBatch],
-                         group_rows: int = _ROW_GROUP) -> Iterator[pa.RecordBatch]:
+                         group_rows: int = STREAM_GROUP_ROWS) -> Iterator[pa.RecordBatch]:
     """Write ``batches`` (cast to ``schema``) as one Parquet file, as ``save_parquet`` would,
     in row groups of exactly ``group_rows`` rows (the last one shorter), holding at most one
     row group in memory; yields each batch once it is buffered, so the caller can consume the
@@ -129,7 +138,7 @@ _COUNT_ROWS = 1 << 22
 
 def write_part(directory: Path, part: str, batches: Iterable[pa.RecordBatch],
                shape: tuple[int, int], offset: int,
-               group_rows: int = _ROW_GROUP) -> tuple[int, list[list[int]]]:
+               group_rows: int = STREAM_GROUP_ROWS) -> tuple[int, list[list[int]]]:
     """Write ``<part>.parquet`` and ``<part>.npz`` from the part's pairs.
 
     Args:
@@ -206,6 +215,22 @@ class Split:
         holdout: sp.csr_matrix = getattr(self, f"{subset}_holdout")
         return fold_in, holdout
 
+    def user_index(self) -> pa.Table:
+        """``user_idx`` and ``user_id`` of every user (``user_index.parquet`` or its parts),
+        read when asked: a top-k export maps its users' indices back to raw ids with it."""
+        n_users = sum(int(n) for n in self.manifest["n_users"].values())
+        return read_index(self.directory, self.manifest, "user_index",
+                          {"user_idx": INDEX, "user_id": IDS}, n_users)
+
+    def write_item_index(self, path: Path) -> None:
+        """The split's ``item_index.parquet`` at ``path`` (a trained model's copy, which
+        ``vaecf recommend`` reads): the file itself, or one file of its parts' rows."""
+        if PART_FILES not in self.manifest:
+            shutil.copyfile(listed(self.directory, self.manifest, "item_index.parquet"), path)
+            return
+        save_parquet(path, read_index(self.directory, self.manifest, "item_index",
+                                      {"item_idx": INDEX, "item_id": IDS}, self.n_items))
+
 
 def split_digest(manifest: dict[str, Any]) -> str:
     """SHA-256 of the split's file table (each file's name and SHA-256), hex.
@@ -225,44 +250,66 @@ def user_share(n_users: int, shares: int, share: int) -> range:
 
 
 def load_split(directory: Path, train_share: tuple[int, int] | None = None) -> Split:
-    """Load and verify a split directory (manifest present, checksums and shapes consistent).
+    """Load and verify a split directory (manifest present, checksums and shapes consistent),
+    in either layout (``vaecf.data.split_files``): a file per table, or the Parquet parts a
+    cluster's tasks wrote (the manifest's ``parts``; no NPZ), read alike.
 
     Args:
       train_share: ``(share, shares)``: load the rows of ``user_share(n, shares, share)``
-        alone (a Horovod rank's), read from the row groups of ``train.parquet`` that hold
-        them (a split made before its manifest listed ``train_row_groups`` is read whole
-        from ``train.npz``, then sliced). None: every training user, from ``train.npz``.
+        alone (a Horovod rank's), read from the row groups that hold them (of
+        ``train.parquet`` or of its parts; a split made before its manifest listed
+        ``train_row_groups`` is read whole from ``train.npz``, then sliced). None: every
+        training user.
     """
-    read = [f"{name}.npz" for name in matrix_names()[1:]] + ["item_index.parquet",
-                                                             "user_index.parquet"]
-    if train_share is None:
-        read.append("train.npz")
-    manifest = read_manifest(directory, MANIFEST_STAGE, required=read)
+    manifest = read_manifest(directory, MANIFEST_STAGE)
     where = f"{directory}/dataset_manifest.json"
+    parts = PART_FILES in manifest
+    for name in [] if parts else _FILES + ([] if train_share else ["train.npz"]):
+        listed(directory, manifest, name)
     n_items = field(manifest, "n_items", where, "int")
     counts = field(manifest, "n_users", where, "dict")
     n_users = {s: field(counts, s, f"{where}: n_users", "int") for s in SPLITS}
     offsets = field(manifest, "user_offset", where, "dict")
     for s in SPLITS:
         field(offsets, s, f"{where}: user_offset", "int")
-    matrices = {name: _matrix(directory, name, (n_users[name.split("_")[0]], n_items))
-                for name in matrix_names()[1:]}
     pairs = field(field(manifest, "counts", where, "dict"), "pairs", f"{where}: counts", "dict")
-    field(pairs, "train", f"{where}: counts: pairs", "int")
+    field(pairs, "train", f"{where}: counts: pairs", "int")  # Split.n_train_pairs
     train_users = range(n_users["train"])
-    if train_share is None:
-        matrices["train"] = _matrix(directory, "train", (n_users["train"], n_items))
-        read_rows = matrices["train"].nnz
-    else:
+    if train_share is not None:
         train_users = user_share(n_users["train"], train_share[1], train_share[0])
-        matrices["train"], read_rows = _train_rows(directory, manifest, train_users, n_items)
-    items = read_parquet(directory / "item_index.parquet",
-                         {"item_idx": INDEX, "item_id": IDS}).to_pandas()
+    matrices: dict[str, sp.csr_matrix] = {}
+    read_rows = 0
+    for name in matrix_names():
+        split = name.split("_")[0]
+        span = range(offsets[split], offsets[split] + n_users[split])
+        share = name == "train" and train_share is not None
+        groups = (row_groups(directory, manifest, name,
+                             field(pairs, name, f"{where}: counts: pairs", "int"))
+                  if parts or share else None)
+        if groups is not None:
+            users = train_users if share else span
+            matrices[name], rows = read_pairs(groups, users, span, n_items)
+        else:
+            if share:
+                log.info(f"{directory}: made before training read only each rank's share (no "
+                         f"{ROW_GROUPS} in its manifest): reading train.npz whole; remake it "
+                         "with 'vaecf split' to read only the share")
+                listed(directory, manifest, "train.npz")
+            matrix = _matrix(directory, name, (len(span), n_items))
+            rows = matrix.nnz
+            matrices[name] = matrix[train_users.start:train_users.stop] if share else matrix
+        read_rows = rows if name == "train" else read_rows
+    items = read_index(directory, manifest, "item_index", {"item_idx": INDEX, "item_id": IDS},
+                       n_items).to_pandas()
     if len(items) != n_items or not np.array_equal(items["item_idx"].to_numpy(),
                                                     np.arange(n_items)):
         raise VaecfError(f"{directory}/item_index.parquet: does not list item_idx 0..{n_items - 1}")
     return Split(directory=directory, manifest=manifest, item_ids=items["item_id"].to_numpy(),
                  train_first=train_users.start, train_rows_read=read_rows, **matrices)
+
+
+_FILES = [f"{name}.npz" for name in matrix_names()[1:]] + ["item_index.parquet",
+                                                           "user_index.parquet"]
 
 
 def _matrix(directory: Path, name: str, shape: tuple[int, int]) -> sp.csr_matrix:
@@ -271,57 +318,3 @@ def _matrix(directory: Path, name: str, shape: tuple[int, int]) -> sp.csr_matrix
     if matrix.shape != shape:
         raise VaecfError(f"{path}: shape {matrix.shape} does not match the manifest's {shape}")
     return matrix
-
-
-def _train_rows(directory: Path, manifest: dict[str, Any], users: range,
-                n_items: int) -> tuple[sp.csr_matrix, int]:
-    """CSR [len(users), n_items]: the training rows of ``users`` alone, from the row groups
-    of ``train.parquet`` that hold them (the manifest lists each group's first user), and
-    the pairs read to find them."""
-    if ROW_GROUPS not in manifest:
-        log.info(f"{directory}: made before training read only each rank's share (no "
-                 f"{ROW_GROUPS} in its manifest): reading train.npz whole; remake it with "
-                 "'vaecf split' to read only the share")
-        _listed(directory, manifest, "train.npz")
-        matrix = _matrix(directory, "train", (int(manifest["n_users"]["train"]), n_items))
-        return matrix[users.start:users.stop], matrix.nnz
-    path = _listed(directory, manifest, "train.parquet")
-    firsts, rows = _row_groups(manifest, f"{directory}/dataset_manifest.json")
-    after = np.append(firsts[1:], np.iinfo(np.int64).max)  # a user may straddle two groups
-    chosen = np.flatnonzero((firsts < users.stop) & (after >= users.start))
-    table = read_parquet(path, {"user_idx": INDEX, "item_idx": INDEX},
-                         row_groups=chosen.tolist(), group_rows=rows.tolist())
-    user = table.column("user_idx").to_numpy().astype(np.int64)
-    item = table.column("item_idx").to_numpy().astype(np.int64)
-    starts = np.cumsum(rows[chosen]) - rows[chosen]  # each chosen group's first row
-    if (user[starts] != firsts[chosen]).any() or (np.diff(user) < 0).any():
-        raise VaecfError(f"{path}: its rows are not sorted by user_idx from the first users "
-                         f"the manifest lists for its row groups")
-    if len(item) and not 0 <= item.min() <= item.max() < n_items:
-        raise VaecfError(f"{path}: item_idx outside 0..{n_items - 1}")
-    keep = (user >= users.start) & (user < users.stop)
-    matrix = sp.csr_matrix((np.ones(int(keep.sum()), np.float32),
-                            (user[keep] - users.start, item[keep])),
-                           shape=(len(users), n_items))
-    matrix.sum_duplicates()
-    return matrix, len(user)
-
-
-def _listed(directory: Path, manifest: dict[str, Any], name: str) -> Path:
-    """``directory / name``, which the manifest lists (and ``read_manifest`` verified)."""
-    if name not in manifest["files"]:
-        raise VaecfError(f"{directory / name}: not listed in {MANIFEST_STAGE}_manifest.json "
-                         "(is it the output of 'vaecf split'?)")
-    return directory / name
-
-
-def _row_groups(manifest: dict[str, Any], where: str) -> tuple[np.ndarray, np.ndarray]:
-    """(first user, rows) of each row group of ``train.parquet``, int64 [groups] each."""
-    groups = field(manifest, ROW_GROUPS, where, "list")
-    if not all(isinstance(g, list) and len(g) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= COUNT for v in g)
-            for g in groups):  # an edited 2**64 would overflow int64 below
-        raise VaecfError(f"{where}: '{ROW_GROUPS}': expected [first user_idx, rows] pairs "
-                         f"of integers from 0 to {COUNT}")
-    pairs = np.array(groups, dtype=np.int64).reshape(-1, 2)
-    return pairs[:, 0], pairs[:, 1]

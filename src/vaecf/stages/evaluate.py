@@ -33,7 +33,6 @@ from vaecf.baselines import BASELINES, DEFAULT_LAMBDA, Ease, Popularity
 from vaecf.data.splits import HELDOUT_SPLITS, Split, load_split, save_parquet
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, write_manifest
-from vaecf.io.readers import IDS, INDEX, read_parquet
 from vaecf.io.roles import Role
 from vaecf.log import info
 from vaecf.metrics import Evaluation, TopK, evaluate
@@ -240,8 +239,7 @@ def _paired(model: Evaluation, baseline: Evaluation) -> dict[str, object]:
 def _top_k_table(split: Split, subset: str, top: TopK) -> pa.Table:
     """One row per (evaluated user, rank): user_idx, user_id, rank, item_idx, item_id, score."""
     offset = int(split.manifest["user_offset"][subset])
-    users = read_parquet(split.directory / "user_index.parquet",
-                         {"user_idx": INDEX, "user_id": IDS}).to_pandas()
+    users = split.user_index().to_pandas()
     user_ids = users.set_index("user_idx")["user_id"]
     rows, ranks = np.nonzero(top.item_idx >= 0)
     user_idx = (offset + top.users[rows]).astype(np.int32)

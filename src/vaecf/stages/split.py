@@ -15,6 +15,7 @@ from vaecf.data.split import SplitConfig, split_parquet, write_split
 from vaecf.errors import VaecfError
 from vaecf.io import is_s3, manifest_name, open_input, publish, read_manifest
 from vaecf.io.manifest import read_remote_manifest
+from vaecf.io.publish import remote_staging
 from vaecf.io.roles import Role
 from vaecf.stages import location, new_parser, run_stage, seed
 from vaecf.stages.preprocess import engine_flag
@@ -142,7 +143,8 @@ def run(input_uri: str, output: str, given: str | None, args: argparse.Namespace
 def _spark(source: Path | str, files: list[str], listed: dict[str, Any], staging: Path,
            config: SplitConfig, **manifest: Any) -> dict[str, Any]:
     """The Spark engine; ``source``: the interactions, a local folder or an ``s3://`` prefix
-    whose files the tasks check and read in place."""
+    whose files the tasks check and read in place. To an ``s3://`` output the tasks write
+    the split's parts to its staging prefix (``remote_staging``)."""
     from vaecf.data.spark.session import spark_session
 
     with spark_session(staging) as spark:
@@ -155,7 +157,8 @@ def _spark(source: Path | str, files: list[str], listed: dict[str, Any], staging
         else:
             paths = [source / name for name in files]
         users, items, pairs, counts = engine.split(engine.read_interactions(spark, paths), config)
-        return engine.write(staging, users, items, pairs, counts, **manifest)
+        return engine.write(staging, users, items, pairs, counts, remote_staging(staging),
+                            **manifest)
 
 
 def _body(args: argparse.Namespace) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -69,7 +68,7 @@ def train(config: TrainConfig) -> None:
                 if len(set(digests)) != 1:
                     raise VaecfError(f"the {runtime.size} ranks ended with different weights "
                                      f"(digests {digests}): replicas diverged")
-                shutil.copyfile(split_dir / "item_index.parquet", staging / "item_index.parquet")
+                split.write_item_index(staging / "item_index.parquet")
                 _write_output(staging, trainer, best, split, popularity, loaded, digests,
                               config, started)
     finally:

@@ -9,6 +9,7 @@ Arrow IPC batches.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from functools import partial
 from typing import Any
@@ -21,6 +22,7 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from vaecf.data.split_keys import GOLDEN, MIX1, MIX2
+from vaecf.data.splits import STREAM_GROUP_ROWS
 
 _PART, _POS, _OFFSET = "_vaecf_part", "_vaecf_pos", "_vaecf_offset"
 # Rows of pairs per partition of a frame hashed by user. Spark's 200 shuffle partitions cost
@@ -93,23 +95,28 @@ def sorted_batches(frame: DataFrame, order: list[str]) -> Iterator[pa.RecordBatc
 
 
 def sorted_parts(frame: DataFrame, order: list[str], uri: str, name: str,
-                 schema: pa.Schema) -> dict[str, dict[str, Any]]:
+                 schema: pa.Schema, group_rows: int = STREAM_GROUP_ROWS
+                 ) -> dict[str, dict[str, Any]]:
     """The rows of ``frame`` sorted by ``order``, written by the tasks as Parquet parts
-    ``<uri>/<name>/part-<partition>.parquet`` (``pieces.write_part``): each range partition
-    of the sort is one part, so the parts, in name order, hold the rows in ``order``.
+    ``<uri>/<name>/part-<partition>.parquet`` (``pieces.write_part``, in row groups of
+    ``group_rows`` rows): each range partition of the sort is one part, so
+    the parts, in name order, hold the rows in ``order``.
 
     Returns:
-      ``{part name: {"sha256", "bytes", "rows"}}``, in order: what the driver receives (one
-      row per part), never the rows.
+      ``{part name: {"sha256", "bytes", "rows", "row_groups"}}``, in order: what the driver
+      receives (one row per part), never the rows; ``row_groups``: ``[first value, rows]``
+      of each row group of the part, the value of ``frame``'s first column (the sort's
+      first key).
     """
     from vaecf.data.spark.pieces import PARTS, write_part
     from vaecf.data.spark.raw import task_environment
 
     written = frame.orderBy(*order).mapInArrow(
         partial(write_part, uri=uri, name=name, schema=schema,
-                environment=task_environment(frame.sparkSession)), from_arrow_schema(PARTS))
+                environment=task_environment(frame.sparkSession), group_rows=group_rows),
+        from_arrow_schema(PARTS))
     return {row["name"]: {"sha256": row["sha256"], "bytes": int(row["bytes"]),
-                          "rows": int(row["rows"])}
+                          "rows": int(row["rows"]), "row_groups": json.loads(row["row_groups"])}
             for row in sorted(written.collect(), key=lambda row: row["partition"])}
 
 

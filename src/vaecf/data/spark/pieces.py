@@ -41,7 +41,7 @@ from vaecf.data.readers.interactions_table import (
 )
 from vaecf.data.readers.netflix import MOVIE_LINE
 from vaecf.data.readers.table import MAX_HEADER, CsvLayout, Rows, csv_options
-from vaecf.data.splits import save_parquet_batches
+from vaecf.data.splits import STREAM_GROUP_ROWS, save_parquet_batches
 from vaecf.errors import VaecfError
 from vaecf.io import storage
 from vaecf.io.manifest import sha256_file, sha256_source
@@ -293,16 +293,20 @@ def file_digests(batches: Iterable[pa.RecordBatch], uri: str, environment: dict[
 
 
 PARTS = pa.schema([("partition", pa.int32()), ("name", pa.string()), ("sha256", pa.string()),
-                   ("bytes", pa.int64()), ("rows", pa.int64())])
+                   ("bytes", pa.int64()), ("rows", pa.int64()), ("row_groups", pa.string())])
 
 
 def write_part(batches: Iterable[pa.RecordBatch], uri: str, name: str, schema: pa.Schema,
-               environment: dict[str, str]) -> Iterator[pa.RecordBatch]:
+               environment: dict[str, str], group_rows: int = STREAM_GROUP_ROWS
+               ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow``'s function: the task's rows, in their order, written as one Parquet
     part ``<uri>/<name>/part-<partition>.parquet`` (``save_parquet_batches``, the pandas
-    engine's options) through a file of the executor's own temporary folder, uploaded by the
-    task; yields (partition, part name, SHA-256, bytes, rows), or nothing for no rows. A
-    retried task writes the same part again under the same name."""
+    engine's options, row groups of ``group_rows`` rows) through a file of the executor's own
+    temporary folder, uploaded by the task; yields (partition, part name, SHA-256, bytes,
+    rows, row groups), or nothing for no rows. ``row_groups``: JSON ``[[first value of the
+    first column, rows], ...]`` of each row group (a split's manifest lists them, so that a
+    reader picks the groups that hold its users without opening a footer). A retried task
+    writes the same part again under the same name."""
     from pyspark import TaskContext
 
     with_store(environment)
@@ -310,12 +314,20 @@ def write_part(batches: Iterable[pa.RecordBatch], uri: str, name: str, schema: p
     partition = context.partitionId() if context is not None else 0
     with tempfile.TemporaryDirectory(prefix="vaecf-part-") as folder:
         path = Path(folder) / "part.parquet"
-        rows = sum(batch.num_rows for batch in save_parquet_batches(path, schema, batches))
+        rows, firsts = 0, []
+        for batch in save_parquet_batches(path, schema, batches, group_rows):
+            # the groups that start in this batch: rows group_rows * k of the part
+            starts = range(-(-rows // group_rows) * group_rows, rows + batch.num_rows, group_rows)
+            firsts += [batch.column(0)[start - rows].as_py() for start in starts]
+            rows += batch.num_rows
         if not rows:
             return
+        groups = [[first, min(group_rows, rows - k * group_rows)]
+                  for k, first in enumerate(firsts)]
         part = f"{name}/part-{partition:05d}.parquet"
         digest, size = sha256_file(path), path.stat().st_size
         storage.upload_file(path, f"{uri.rstrip('/')}/{part}")
     yield pa.RecordBatch.from_arrays(
         [pa.array([partition], pa.int32()), pa.array([part]), pa.array([digest]),
-         pa.array([size], pa.int64()), pa.array([rows], pa.int64())], schema=PARTS)
+         pa.array([size], pa.int64()), pa.array([rows], pa.int64()),
+         pa.array([json.dumps(groups)])], schema=PARTS)

@@ -9,8 +9,10 @@
 - ``user_idx``: train users, then val, then test, by user id within each split;
   ``item_idx``: item ids in sorted order.
 
-Ranks come from ``with_rank`` (sorted range partitions, no single-partition window); the
-driver receives the sorted parts one partition at a time and assembles each NPZ.
+Ranks come from ``with_rank`` (sorted range partitions, no single-partition window). To a
+local output the driver receives the sorted parts one partition at a time and assembles each
+NPZ; to an ``s3://`` output the tasks write each table's sorted parts there themselves and
+the driver writes the manifest alone (``write_parts``).
 """
 
 from __future__ import annotations
@@ -30,13 +32,18 @@ from vaecf.data.spark.frames import (
     pair_key,
     partitions,
     sorted_batches,
+    sorted_parts,
     with_rank,
 )
 from vaecf.data.spark.raw import read_parquet_ids
 from vaecf.data.split import SplitConfig, heldout_counts, user_offsets, write_split_manifest
+from vaecf.data.split_files import part_entries
 from vaecf.data.splits import (
+    PAIRS_SCHEMA,
+    PART_FILES,
     ROW_GROUPS,
     SPLITS,
+    STREAM_GROUP_ROWS,
     matrix_names,
     row_group_rows,
     save_parquet_batches,
@@ -139,10 +146,16 @@ def _split(pairs: DataFrame, per_user: DataFrame, n_pairs: int, config: SplitCon
 
 
 def write(directory: Path, users: DataFrame, items: DataFrame, pairs: DataFrame,
-          counts: dict[str, Any], **manifest: Any) -> dict[str, Any]:
-    """The pandas engine's files from the Spark split, each streamed in its sorted order."""
+          counts: dict[str, Any], remote: str | None = None, **manifest: Any) -> dict[str, Any]:
+    """The split's files from the Spark split: the pandas engine's files, each streamed in
+    its sorted order to the driver, which writes them in ``directory``; or, given ``remote``
+    (the output's S3 staging prefix), each table as sorted Parquet parts written there by the
+    tasks (``write_parts``), the driver writing the manifest alone."""
     n_users = {name: 0 for name in SPLITS} | dict(users.groupBy("split").count().collect())
     n_items = items.count()
+    if remote is not None:
+        return write_parts(directory, remote, users, items, pairs, counts, n_users, n_items,
+                           **manifest)
     offsets = user_offsets(n_users)
     pair_counts: dict[str, int] = {}
     row_groups: list[list[int]] = []
@@ -156,14 +169,45 @@ def write(directory: Path, users: DataFrame, items: DataFrame, pairs: DataFrame,
                                                        row_group_rows(rows.count()))
         else:
             pair_counts[part], _ = write_part(directory, part, batches, shape, offset)
-    _stream(directory / "user_index.parquet", users, "user_idx",
-            [("user_idx", pa.int32()), ("user_id", arrow_type(users, "user_id")),
-             ("split", pa.string())])
-    _stream(directory / "item_index.parquet", items, "item_idx",
-            [("item_idx", pa.int32()), ("item_id", arrow_type(items, "item_id"))])
+    _stream(directory / "user_index.parquet", users, "user_idx", _index_fields(users, "user"))
+    _stream(directory / "item_index.parquet", items, "item_idx", _index_fields(items, "item"))
     extra = manifest.pop("extra") | {ROW_GROUPS: row_groups}
     return write_split_manifest(directory, counts=counts, pairs=pair_counts, n_users=n_users,
                                 n_items=n_items, extra=extra, **manifest)
+
+
+def write_parts(directory: Path, remote: str, users: DataFrame, items: DataFrame,
+                pairs: DataFrame, counts: dict[str, Any], n_users: dict[str, int],
+                n_items: int, **manifest: Any) -> dict[str, Any]:
+    """Each matrix's pairs and each index as sorted Parquet parts ``<table>/part-<n>.parquet``
+    in ``remote``, written by the tasks (``sorted_parts``; training's in the row groups a rank
+    reads alone: its share); the driver receives one row per part and writes the manifest,
+    which lists them (``parts``) with their checksums. No NPZ: ``load_split`` builds the
+    matrices from the parts. The driver's memory does not grow with the pairs."""
+    pair_counts: dict[str, int] = {}
+    written: dict[str, dict[str, Any]] = {}
+    layout: dict[str, list[dict[str, Any]]] = {}
+    tables = [(part, pairs.where(F.col("part") == code).select("user_idx", "item_idx"),
+               ["user_idx", "item_idx"], PAIRS_SCHEMA)
+              for code, part in enumerate(matrix_names())]
+    tables += [(f"{kind}_index", frame, [f"{kind}_idx"], pa.schema(_index_fields(frame, kind)))
+               for kind, frame in (("user", users), ("item", items))]
+    for table, frame, order, schema in tables:
+        group_rows = row_group_rows(frame.count()) if table == "train" else STREAM_GROUP_ROWS
+        found = sorted_parts(frame, order, remote, table, schema, group_rows)
+        layout[f"{table}.parquet"] = part_entries(found)
+        written |= {name: {"sha256": e["sha256"], "bytes": e["bytes"]} for name, e in found.items()}
+        if table in matrix_names():
+            pair_counts[table] = sum(e["rows"] for e in found.values())
+    extra = manifest.pop("extra") | {PART_FILES: layout}
+    return write_split_manifest(directory, counts=counts, pairs=pair_counts, n_users=n_users,
+                                n_items=n_items, extra=extra, written=written, **manifest)
+
+
+def _index_fields(frame: DataFrame, kind: str) -> list[tuple[str, Any]]:
+    """The columns of ``user_index.parquet`` (``kind`` user) or ``item_index.parquet``."""
+    fields = [(f"{kind}_idx", pa.int32()), (f"{kind}_id", arrow_type(frame, f"{kind}_id"))]
+    return [*fields, ("split", pa.string())] if kind == "user" else fields
 
 
 def _stream(path: Path, frame: DataFrame, order: str, fields: list[tuple[str, Any]]) -> None:
