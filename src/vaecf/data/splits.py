@@ -278,7 +278,7 @@ def load_split(directory: Path, train_share: tuple[int, int] | None = None) -> S
     if train_share is not None:
         train_users = user_share(n_users["train"], train_share[1], train_share[0])
     matrices: dict[str, sp.csr_matrix] = {}
-    read_rows = 0
+    rows_read: dict[str, int] = {}  # pairs read from disk, per matrix
     for name in matrix_names():
         split = name.split("_")[0]
         span = range(offsets[split], offsets[split] + n_users[split])
@@ -288,7 +288,7 @@ def load_split(directory: Path, train_share: tuple[int, int] | None = None) -> S
                   if parts or share else None)
         if groups is not None:
             users = train_users if share else span
-            matrices[name], rows = read_pairs(groups, users, span, n_items)
+            matrices[name], rows_read[name] = read_pairs(groups, users, span, n_items)
         else:
             if share:
                 log.info(f"{directory}: made before training read only each rank's share (no "
@@ -296,16 +296,15 @@ def load_split(directory: Path, train_share: tuple[int, int] | None = None) -> S
                          "with 'vaecf split' to read only the share")
                 listed(directory, manifest, "train.npz")
             matrix = _matrix(directory, name, (len(span), n_items))
-            rows = matrix.nnz
+            rows_read[name] = matrix.nnz
             matrices[name] = matrix[train_users.start:train_users.stop] if share else matrix
-        read_rows = rows if name == "train" else read_rows
     items = read_index(directory, manifest, "item_index", {"item_idx": INDEX, "item_id": IDS},
                        n_items).to_pandas()
     if len(items) != n_items or not np.array_equal(items["item_idx"].to_numpy(),
                                                     np.arange(n_items)):
         raise VaecfError(f"{directory}/item_index.parquet: does not list item_idx 0..{n_items - 1}")
     return Split(directory=directory, manifest=manifest, item_ids=items["item_id"].to_numpy(),
-                 train_first=train_users.start, train_rows_read=read_rows, **matrices)
+                 train_first=train_users.start, train_rows_read=rows_read["train"], **matrices)
 
 
 _FILES = [f"{name}.npz" for name in matrix_names()[1:]] + ["item_index.parquet",
