@@ -23,6 +23,7 @@ import scipy.sparse as sp
 
 from vaecf.errors import VaecfError
 from vaecf.io.bounds import COUNT  # user_idx and row counts: scipy's CSR, Parquet's row groups
+from vaecf.io.manifest import require_listed
 from vaecf.io.readers import INDEX, field, read_parquet
 
 MANIFEST = "dataset_manifest.json"
@@ -74,9 +75,7 @@ class RowGroups:
 
 def listed(directory: Path, manifest: dict[str, Any], name: str) -> Path:
     """``directory / name``, which the manifest lists (and ``read_manifest`` verified)."""
-    if name not in manifest["files"]:
-        raise VaecfError(f"{directory / name}: not listed in {MANIFEST} (is {directory} the "
-                         "output of 'vaecf split'?)")
+    require_listed(manifest, "dataset", directory, [name])
     return directory / name
 
 

@@ -48,7 +48,7 @@ from vaecf.data.split_files import PART_FILES as PART_FILES
 from vaecf.data.split_files import ROW_GROUPS as ROW_GROUPS
 from vaecf.data.split_files import listed, read_index, read_pairs, row_groups
 from vaecf.errors import VaecfError
-from vaecf.io.manifest import read_manifest
+from vaecf.io.manifest import read_manifest, require_listed
 from vaecf.io.readers import IDS, INDEX, field, read_npz_csr
 
 SPLITS = ("train", "val", "test")
@@ -264,8 +264,9 @@ def load_split(directory: Path, train_share: tuple[int, int] | None = None) -> S
     manifest = read_manifest(directory, MANIFEST_STAGE)
     where = f"{directory}/dataset_manifest.json"
     parts = PART_FILES in manifest
-    for name in [] if parts else _FILES + ([] if train_share else ["train.npz"]):
-        listed(directory, manifest, name)
+    if not parts:
+        require_listed(manifest, MANIFEST_STAGE, directory,
+                       _FILES + ([] if train_share else ["train.npz"]))
     n_items = field(manifest, "n_items", where, "int")
     counts = field(manifest, "n_users", where, "dict")
     n_users = {s: field(counts, s, f"{where}: n_users", "int") for s in SPLITS}

@@ -83,6 +83,22 @@ def write_manifest(directory: Path, stage: str, *, inputs: dict[str, Any],
     return manifest
 
 
+def require_listed(manifest: dict[str, Any], stage: str, where: Path | str,
+                   names: Iterable[str]) -> None:
+    """Each of ``names`` is a file ``manifest`` (the ``<stage>_manifest.json`` of the output at
+    ``where``, a folder or an ``s3://`` prefix) lists: else one line naming the first that is
+    not and asking whether ``where`` is that stage's output."""
+    files = manifest["files"]
+    for name in names:
+        if name not in files:
+            raise VaecfError(f"{where}/{name}: not listed in {manifest_name(stage)} "
+                             f"({_origin(where, stage)})")
+
+
+def _origin(where: Path | str, stage: str) -> str:
+    return f"is {where} the output of 'vaecf {_WRITER.get(stage, stage)}'?"
+
+
 def read_manifest(directory: Path, stage: str, required: Iterable[str] = ()) -> dict[str, Any]:
     """Read and verify ``<stage>_manifest.json``: every listed file exists with its checksum.
 
@@ -91,16 +107,13 @@ def read_manifest(directory: Path, stage: str, required: Iterable[str] = ()) -> 
         none of them would otherwise pass, and the read fail with a traceback).
     """
     path = directory / manifest_name(stage)
-    origin = f"is {directory} the output of 'vaecf {_WRITER.get(stage, stage)}'?"
     if not path.is_file():
-        raise VaecfError(f"{path}: manifest missing ({origin})")
+        raise VaecfError(f"{path}: manifest missing ({_origin(directory, stage)})")
     manifest: dict[str, Any] = read_json(path)
     files = field(manifest, "files", str(path), "dict")
     for rel, entry in files.items():
         field(entry, "sha256", f"{path}: files: {rel}", "str")
-    for rel in required:
-        if rel not in files:
-            raise VaecfError(f"{directory / rel}: not listed in {path.name} ({origin})")
+    require_listed(manifest, stage, directory, required)
     checked = {rel: inside(directory, rel, str(path)) for rel in files}
     for rel, entry in files.items():
         file = checked[rel]
@@ -118,22 +131,18 @@ def read_remote_manifest(uri: str, stage: str, required: Iterable[str] = ()
     checks their SHA-256 where they are read (a Spark engine's tasks: ``files_differ``)."""
     keys = set(storage.list_keys(uri))
     where = f"{uri.rstrip('/')}/{manifest_name(stage)}"
-    origin = f"is {uri} the output of 'vaecf {_WRITER.get(stage, stage)}'?"
     if storage.SUCCESS_MARKER not in keys:
         raise VaecfError(f"{uri}: no {storage.SUCCESS_MARKER} marker (incomplete or "
                          "unpublished output)")
     if manifest_name(stage) not in keys:
-        raise VaecfError(f"{where}: manifest missing ({origin})")
+        raise VaecfError(f"{where}: manifest missing ({_origin(uri, stage)})")
     manifest: dict[str, Any] = parse_json(decode(storage.read_object(where, JSON_LIMIT),
                                                  where), where)
     files = field(manifest, "files", where, "dict")
     for rel, entry in files.items():
         field(entry, "sha256", f"{where}: files: {rel}", "str")
         field(entry, "bytes", f"{where}: files: {rel}", "int")
-    for rel in required:
-        if rel not in files:
-            raise VaecfError(f"{uri.rstrip('/')}/{rel}: not listed in {manifest_name(stage)} "
-                             f"({origin})")
+    require_listed(manifest, stage, uri.rstrip("/"), required)
     missing = sorted(set(files) - keys)
     if missing:
         raise VaecfError(f"{uri.rstrip('/')}/{missing[0]}: listed in {manifest_name(stage)} "

@@ -14,7 +14,7 @@ from vaecf.data.preprocess import interactions_files
 from vaecf.data.split import SplitConfig, split_parquet, write_split
 from vaecf.errors import VaecfError
 from vaecf.io import is_s3, manifest_name, open_input, publish, read_manifest
-from vaecf.io.manifest import read_remote_manifest
+from vaecf.io.manifest import read_remote_manifest, require_listed
 from vaecf.io.publish import remote_staging
 from vaecf.io.roles import Role
 from vaecf.stages import location, new_parser, run_stage, seed
@@ -115,10 +115,7 @@ def run(input_uri: str, output: str, given: str | None, args: argparse.Namespace
             manifest = read_manifest(source, "preprocess")
             where = source
         files = interactions_files(manifest, f"{where}/preprocess_manifest.json")
-        unlisted = [name for name in files if name not in manifest["files"]]
-        if unlisted:
-            raise VaecfError(f"{where}/{unlisted[0]}: not listed in preprocess_manifest.json "
-                             f"(is {where} the output of 'vaecf preprocess'?)")
+        require_listed(manifest, "preprocess", where, files)
         dataset = str(manifest.get("dataset", "unknown"))
         chosen = resolve_protocol(given, manifest)
         protocol = str(chosen["protocol"])
