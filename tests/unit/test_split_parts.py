@@ -187,3 +187,44 @@ def test_an_edited_parts_listing_is_one_line(both: tuple[Path, Path], tmp_path: 
                                              edit: str, message: str) -> None:
     with pytest.raises(VaecfError, match=message):
         load_split(_edited(both[1], tmp_path, edit))
+
+
+def test_a_rank_fetches_from_s3_only_the_parts_of_its_share(both: tuple[Path, Path],
+                                                            s3_bucket: str) -> None:
+    """From ``s3://`` each share downloads the training parts that hold it and every other
+    table, nothing more, and verifies what it fetched: a part it does not read may be
+    anything, one it reads must match its checksum."""
+    from vaecf.data.splits import open_split
+    from vaecf.io import storage
+
+    files, parts = both
+    uri = f"s3://{s3_bucket}/split"
+    storage.upload_dir(parts, uri, first="dataset_manifest.json")
+    listing = json.loads((parts / "dataset_manifest.json").read_text())
+    train = [p["name"] for p in listing[PART_FILES]["train.parquet"]]
+    others = sorted(set(listing["files"]) - set(train))
+    whole = load_split(files)
+    fetched = []
+    for share in range(SHARES):
+        users = user_share(whole.n_train_users, SHARES, share)
+        with open_split(uri, train_share=(share, SHARES)) as loaded:
+            held = sorted(p.relative_to(loaded.directory).as_posix()
+                          for p in loaded.directory.rglob("*.parquet"))
+            _same(loaded, Split(**{**whole.__dict__, "train": whole.train[users.start:users.stop],
+                                   "train_first": users.start}))
+            assert loaded.user_index().num_rows == sum(listing["n_users"].values())
+        fetched.append([name for name in held if name in train])
+        assert sorted(set(held) - set(fetched[-1])) == others
+        assert not loaded.directory.exists()  # the download is removed on exit
+    # a straddling user puts a part in two shares; no share fetches every part
+    assert all(0 < len(f) < len(train) for f in fetched)
+    assert sorted({name for f in fetched for name in f}) == sorted(train)
+    unread = next(name for name in train if name not in fetched[0])
+    storage.client().put_object(Bucket=s3_bucket, Key=f"split/{unread}", Body=b"not parquet")
+    with open_split(uri, train_share=(0, SHARES)) as loaded:
+        assert loaded.train.nnz == whole.train[:user_share(whole.n_train_users, SHARES,
+                                                           0).stop].nnz
+    with pytest.raises(VaecfError, match=rf"^{uri}/{unread}: SHA-256 does not match "
+                                         r"dataset_manifest\.json$"):
+        with open_split(uri):
+            pass

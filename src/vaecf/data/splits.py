@@ -34,6 +34,7 @@ import json
 import shutil
 import zipfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from vaecf.data.split_files import ROW_GROUPS as ROW_GROUPS
 from vaecf.data.split_files import listed, read_index, read_pairs, row_groups
 from vaecf.errors import VaecfError
 from vaecf.io.manifest import read_manifest, require_listed
+from vaecf.io.publish import open_input
 from vaecf.io.readers import IDS, INDEX, field, read_npz_csr
 
 SPLITS = ("train", "val", "test")
@@ -261,7 +263,8 @@ def load_split(directory: Path, train_share: tuple[int, int] | None = None) -> S
         ``train_row_groups`` is read whole from ``train.npz``, then sliced). None: every
         training user.
     """
-    manifest = read_manifest(directory, MANIFEST_STAGE)
+    manifest = read_manifest(directory, MANIFEST_STAGE,
+                             select=lambda listing: files_read(listing, train_share))
     where = f"{directory}/dataset_manifest.json"
     parts = PART_FILES in manifest
     if not parts:
@@ -310,6 +313,40 @@ def load_split(directory: Path, train_share: tuple[int, int] | None = None) -> S
 
 _FILES = [f"{name}.npz" for name in matrix_names()[1:]] + ["item_index.parquet",
                                                            "user_index.parquet"]
+
+
+def files_read(manifest: dict[str, Any], train_share: tuple[int, int] | None) -> list[str]:
+    """The listed files ``load_split(directory, train_share)`` reads, the only ones it
+    verifies and, from ``s3://``, the only ones ``open_split`` fetches: every file but the
+    training pairs it does not read (the parts that do not hold the share; ``train.npz`` where
+    ``train.parquet``'s row groups give the share, else ``train.parquet``)."""
+    where = "dataset_manifest.json"
+    files = list(field(manifest, "files", where, "dict"))
+    if PART_FILES not in manifest and not (train_share and ROW_GROUPS in manifest):
+        return [name for name in files if name != "train.parquet"]
+    if PART_FILES not in manifest:
+        return [name for name in files if name != "train.npz"]
+    if train_share is None:
+        return files
+    rows = field(field(field(manifest, "counts", where, "dict"), "pairs", f"{where}: counts",
+                       "dict"), "train", f"{where}: counts: pairs", "int")
+    groups = row_groups(Path(), manifest, "train", rows)
+    assert groups is not None  # the parts layout lists the training parts
+    users = user_share(field(field(manifest, "n_users", where, "dict"), "train",
+                             f"{where}: n_users", "int"), train_share[1], train_share[0])
+    every = {path.as_posix() for path in groups.paths}
+    held = {groups.paths[f].as_posix() for f in groups.file[groups.holding(users)]}
+    return [name for name in files if name not in every or name in held]
+
+
+@contextmanager
+def open_split(uri: str, train_share: tuple[int, int] | None = None) -> Iterator[Split]:
+    """``load_split`` of the split at ``uri``: a folder read in place, or an ``s3://`` output
+    of which only ``files_read`` is fetched into a private temporary folder (a training rank
+    downloads its share of the training pairs, not the split), removed on exit."""
+    with open_input(uri, MANIFEST_STAGE, lambda listing: files_read(listing, train_share)
+                    ) as directory:
+        yield load_split(directory, train_share)
 
 
 def _matrix(directory: Path, name: str, shape: tuple[int, int]) -> sp.csr_matrix:

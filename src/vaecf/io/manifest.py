@@ -12,7 +12,7 @@ import json
 import platform
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -99,12 +99,16 @@ def _origin(where: Path | str, stage: str) -> str:
     return f"is {where} the output of 'vaecf {_WRITER.get(stage, stage)}'?"
 
 
-def read_manifest(directory: Path, stage: str, required: Iterable[str] = ()) -> dict[str, Any]:
+def read_manifest(directory: Path, stage: str, required: Iterable[str] = (),
+                  select: Callable[[dict[str, Any]], Iterable[str]] | None = None
+                  ) -> dict[str, Any]:
     """Read and verify ``<stage>_manifest.json``: every listed file exists with its checksum.
 
     Args:
       required: files the caller reads, which the manifest must list (a manifest listing
         none of them would otherwise pass, and the read fail with a traceback).
+      select: the listed files the caller reads, from the manifest: only these are verified
+        (a training rank's share of a split; ``open_input`` fetched no other).
     """
     path = directory / manifest_name(stage)
     if not path.is_file():
@@ -115,8 +119,10 @@ def read_manifest(directory: Path, stage: str, required: Iterable[str] = ()) -> 
         field(entry, "sha256", f"{path}: files: {rel}", "str")
     require_listed(manifest, stage, directory, required)
     checked = {rel: inside(directory, rel, str(path)) for rel in files}
-    for rel, entry in files.items():
-        file = checked[rel]
+    read = list(files) if select is None else list(select(manifest))
+    require_listed(manifest, stage, directory, read)
+    for rel in read:
+        entry, file = files[rel], checked[rel]
         if not file.is_file():
             raise VaecfError(f"{file}: listed in {path.name} but missing")
         if sha256_file(file) != entry["sha256"]:

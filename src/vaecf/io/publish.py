@@ -15,7 +15,7 @@ import secrets
 import shutil
 import string
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from vaecf.errors import VaecfError
 from vaecf.io import readers, storage
 from vaecf.io.location import NAME_MAX, check_output, holding, local_path, resolved
 from vaecf.io.locks import busy, lease, lock_file, lock_held, pid_alive
+from vaecf.io.manifest import manifest_name, read_remote_manifest, require_listed
 from vaecf.io.paths import inside
 
 _TEMP_SUFFIX = "[a-z0-9_]{8}"  # what tempfile.mkdtemp appends
@@ -254,13 +255,31 @@ def _local_input(uri: str, directory: bool) -> Path:
 
 
 @contextmanager
-def open_input(uri: str) -> Iterator[Path]:
-    """A local directory holding the stage output at ``uri`` (downloaded if s3://)."""
+def open_input(uri: str, stage: str | None = None,
+               select: Callable[[dict[str, Any]], Iterable[str]] | None = None
+               ) -> Iterator[Path]:
+    """A local directory holding the stage output at ``uri`` (downloaded if s3://).
+
+    Args:
+      stage, select: of an ``s3://`` output, download ``<stage>_manifest.json`` and only the
+        listed files ``select(manifest)`` names (a training rank's share of a split), not the
+        whole prefix; the reader verifies what it reads (``read_manifest``'s ``select``). A
+        local output is read in place either way.
+    """
     if not storage.is_s3(uri):
         yield _local_input(uri, directory=True)
         return
     with _private_tmp("input") as tmp:
-        storage.download_dir(uri, tmp)
+        if stage is None or select is None:
+            storage.download_dir(uri, tmp)
+        else:
+            manifest = read_remote_manifest(uri, stage)
+            names = list(select(manifest))
+            require_listed(manifest, stage, uri.rstrip("/"), names)
+            for name in [manifest_name(stage), *names]:
+                dest = inside(tmp, name, uri)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                storage.download_file(f"{uri.rstrip('/')}/{name}", dest)
         with _named_as(tmp, uri):
             yield tmp
 

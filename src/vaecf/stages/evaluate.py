@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from vaecf.baselines import BASELINES, DEFAULT_LAMBDA, Ease, Popularity
-from vaecf.data.splits import HELDOUT_SPLITS, Split, load_split, save_parquet
+from vaecf.data.splits import HELDOUT_SPLITS, Split, open_split, save_parquet
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, write_manifest
 from vaecf.io.roles import Role
@@ -117,7 +117,7 @@ def run(config: EvaluateConfig, in_process: bool = False) -> dict[str, object]:
         model = None if config.model in BASELINES else config.model
         output = stack.enter_context(publish(config.output, manifest_name(STAGE),
                                              [config.split, model]))
-        split = load_split(stack.enter_context(open_input(config.split)))
+        split = stack.enter_context(open_split(config.split))
         fold_in, holdout = split.heldout(config.subset)
         results: dict[str, Evaluation] = {}
         load = 0.0

@@ -21,7 +21,7 @@ from typing import Any
 
 from vaecf import log
 from vaecf.baselines import BASELINES, DEFAULT_LAMBDA
-from vaecf.data.splits import load_split
+from vaecf.data.splits import open_split
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, open_input, publish, scratch, write_manifest
 from vaecf.io.readers import read_text
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> None:
             """A trial's model as this process reads it (local trials: in the staging)."""
             return entry["model"] if collecting else str(staging / entry["model"])
 
-        split = load_split(stack.enter_context(open_input(args.split)))
+        split = stack.enter_context(open_split(args.split))
         best, decision = choose(records, lambda entry: val_per_user(
             split, stack.enter_context(open_input(where(entry)))))
         log.info(f"tune: {describe_choice(decision)}")

@@ -20,9 +20,9 @@ import numpy as np
 
 from vaecf import log
 from vaecf.baselines import Popularity
-from vaecf.data.splits import Split, load_split
+from vaecf.data.splits import Split, open_split
 from vaecf.errors import VaecfError
-from vaecf.io import manifest_name, open_input, publish, write_manifest
+from vaecf.io import manifest_name, publish, write_manifest
 from vaecf.train import horovod as dist
 from vaecf.train.config import TrainConfig
 from vaecf.train.export import export
@@ -36,11 +36,11 @@ def train(config: TrainConfig) -> None:
     runtime = dist.start(config)
     try:
         with contextlib.ExitStack() as stack:
-            split_dir = stack.enter_context(open_input(config.split))
             shares = user_shares(config, runtime)
-            # each rank reads only its share of the training users (one process: all)
-            split = load_split(split_dir, train_share=(runtime.rank, shares)
-                               if shares == runtime.size else (0, 1))
+            # each rank reads (and from s3://, downloads) only its share of the training
+            # users (one process: all)
+            split = stack.enter_context(open_split(config.split, train_share=(
+                runtime.rank, shares) if shares == runtime.size else (0, 1)))
             config = fit_batch(config, split.n_train_users, runtime.size)
             loaded = dist.gather_object(_loaded(split), runtime)
             log.info(f"training on {split.n_train_users:,} users x {split.n_items:,} items, "
