@@ -225,6 +225,5 @@ def test_a_rank_fetches_from_s3_only_the_parts_of_its_share(both: tuple[Path, Pa
         assert loaded.train.nnz == whole.train[:user_share(whole.n_train_users, SHARES,
                                                            0).stop].nnz
     with pytest.raises(VaecfError, match=rf"^{uri}/{unread}: SHA-256 does not match "
-                                         r"dataset_manifest\.json$"):
-        with open_split(uri):
-            pass
+                                         r"dataset_manifest\.json$"), open_split(uri):
+        pass

@@ -75,10 +75,19 @@ def ease_weights(train: sp.csr_matrix, l2: float = DEFAULT_LAMBDA) -> np.ndarray
     """float32 (n, n) EASE item-item weights B with a zero diagonal (formula above)."""
     if not l2 > 0:
         raise VaecfError(f"--ease-lambda must be > 0, got {l2}")
+    check_fits(train.shape[1], memory_bytes())
+    return weights_from_gram(gram(train), l2)
+
+
+def memory_bytes() -> int:
+    """The memory the closed form may take: what is available, else the machine's."""
     free = available_bytes()
-    check_fits(train.shape[1], free if free is not None
-               else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    matrix = gram(train)
+    return free if free is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def weights_from_gram(matrix: np.ndarray, l2: float) -> np.ndarray:
+    """float32 (n, n) B from X^T X (float64 (n, n), overwritten: inverted in place), as
+    ``ease_weights``; the Gram matrix may be a sum over processes' shares of the users."""
     matrix[np.diag_indices_from(matrix)] += l2
     info(f"EASE: inverting a {matrix.shape[0]:,} x {matrix.shape[0]:,} float64 matrix "
          f"(lambda {l2:g}; Cholesky, in place)")

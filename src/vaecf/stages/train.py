@@ -14,6 +14,8 @@ from vaecf.train.config import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MAX_EPOCHS,
     DEFAULT_PATIENCE,
+    EASE_BLEND_MAX_ITEMS,
+    EASE_BLENDS,
     PRECISIONS,
     TrainConfig,
 )
@@ -139,6 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
     recvae.add_argument("--implicit-slim-threshold", type=_non_negative, default=10,
                         metavar="USERS", help="items with fewer training users have no say "
                         "in ImplicitSLIM's embeddings")
+    blend = parser.add_argument_group("EASE in the exported scores")
+    blend.add_argument("--ease-blend", choices=EASE_BLENDS, default="auto", help="auto: the "
+                       "exported model scores a user by its logits plus EASE's scores (each "
+                       "standardised per user), EASE's weight chosen on the validation users "
+                       "and kept only when it leads the model alone there by more than the "
+                       "paired standard error; where the catalogue allows it (at most "
+                       f"{EASE_BLEND_MAX_ITEMS:,} items, the closed form fits in memory, no "
+                       "--shard-items); off: the logits alone")
+    blend.add_argument("--ease-lambda", type=finite_positive, default=500.0,
+                       help="EASE's ridge penalty in the blend")
     location(parser, "--tensorboard-dir", Role.TENSORBOARD, help="rank 0 writes TensorBoard "
              "event files here (local or s3://; a new or empty folder, or this flag's earlier "
              "one): loss, NLL, KL, beta, validation metrics, users/s, input share per epoch")
@@ -177,7 +189,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         implicit_slim_every=args.implicit_slim_every,
         implicit_slim_lambda=args.implicit_slim_lambda,
         implicit_slim_alpha=args.implicit_slim_alpha,
-        implicit_slim_threshold=args.implicit_slim_threshold)
+        implicit_slim_threshold=args.implicit_slim_threshold,
+        ease_blend=args.ease_blend, ease_lambda=args.ease_lambda)
 
 
 def _body(args: argparse.Namespace) -> None:

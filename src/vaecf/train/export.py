@@ -14,11 +14,17 @@ matrix). The same map is the one ``vaecf recommend`` and ``vaecf serve`` use
 
 The exported model is a float32 copy of the trained weights, whatever the training precision:
 serving and evaluation then do not depend on float16/bfloat16 support of the device.
+
+With EASE blended in (``EaseBlend``, chosen by ``vaecf.train.ease_blend``), every signature
+ranks by ``blend``: the logits and EASE's scores x_u B, each standardised over the user's
+items, EASE's weighted; ``score`` then returns those blended scores.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -51,6 +57,41 @@ def batch_of_ones(rows: tf.Tensor, item_idx: tf.Tensor, users: tf.Tensor) -> Spa
                        user_idx=tf.cast(tf.range(users), tf.int64))
 
 
+@dataclass(frozen=True)
+class EaseBlend:
+    """EASE in the exported scores.
+
+    Attributes:
+      weights: float32 (n_items, n_items): EASE's B (zero diagonal), of the training users.
+      weight: EASE's weight in ``blend`` (> 0).
+    """
+
+    weights: np.ndarray
+    weight: float
+
+
+def standardized(scores: tf.Tensor) -> tf.Tensor:
+    """float32 [B, n]: each row less its mean, over its standard deviation (1e-12 added to the
+    variance: a constant row becomes zeros), so that two scorers' rows are on one scale."""
+    mean, variance = tf.nn.moments(scores, axes=[1], keepdims=True)
+    return (scores - mean) * tf.math.rsqrt(variance + 1e-12)
+
+
+def blend(logits: tf.Tensor, ease: tf.Tensor, weight: float) -> tf.Tensor:
+    """float32 [B, n]: ``standardized(logits) + weight * standardized(ease)``."""
+    return standardized(logits) + weight * standardized(ease)
+
+
+def ease_scores(batch: SparseBatch, weights: tf.Tensor) -> tf.Tensor:
+    """float32 [users, n_items]: x_u B of each user of ``batch`` (its values as x_u), a
+    sparse-dense product: no [users, items] input is densified."""
+    shape = tf.stack([tf.shape(batch.user_idx, out_type=tf.int64)[0],
+                      tf.shape(weights, out_type=tf.int64)[0]])
+    users = tf.sparse.reorder(tf.sparse.SparseTensor(
+        tf.stack([batch.rows, batch.item_idx], axis=1), batch.values, shape))
+    return tf.sparse.sparse_dense_matmul(users, weights)
+
+
 class _Untracked:
     """Hides the Keras model from SavedModel tracking (Keras would add its own signature)."""
 
@@ -64,10 +105,15 @@ class ServingModule(tf.Module):
     Args:
       item_ids: (n_items,) raw id of each item_idx, written as text.
       popularity: (n_items,) training users per item: the ranking of a user with no known item.
+      ease: EASE blended into the scores, or None (the logits alone).
     """
 
-    def __init__(self, model: MultVAE, item_ids: np.ndarray, popularity: np.ndarray) -> None:
+    def __init__(self, model: MultVAE, item_ids: np.ndarray, popularity: np.ndarray,
+                 ease: EaseBlend | None = None) -> None:
         super().__init__()
+        self.ease = None if ease is None else tf.Variable(ease.weights, trainable=False,
+                                                          name="ease_weights")
+        self.ease_weight = 0.0 if ease is None else float(ease.weight)
         self.model_variables = [v.value for v in model.variables]
         self._keras = _Untracked(model)
         self.n_items = model.n_items
@@ -78,13 +124,20 @@ class ServingModule(tf.Module):
             tf.lookup.KeyValueTensorInitializer(
                 tf.constant(item_ids), tf.range(self.n_items, dtype=tf.int64)), default_value=-1)
 
-    def _scores(self, batch: SparseBatch) -> tf.Tensor:
+    def logits(self, batch: SparseBatch) -> tf.Tensor:
+        """float32 [users, n_items]: the model's logits (the mean of the latent code)."""
         logits, _, _ = self._keras.model(batch, training=False)
         return logits[:, :self.n_items]
 
+    def _scores(self, batch: SparseBatch) -> tf.Tensor:
+        if self.ease is None:
+            return self.logits(batch)
+        return blend(self.logits(batch), ease_scores(batch, self.ease), self.ease_weight)
+
     @tf.function(input_signature=SIGNATURE_INPUTS)
     def score(self, row_splits: tf.Tensor, item_idx: tf.Tensor) -> dict[str, tf.Tensor]:
-        """{"scores": float32 [B, n_items]}: unmasked logits."""
+        """{"scores": float32 [B, n_items]}: unmasked logits (blended with EASE's scores
+        when the model has EASE)."""
         return {"scores": self._scores(ragged_batch(row_splits, item_idx))}
 
     @tf.function(input_signature=(*SIGNATURE_INPUTS, tf.TensorSpec([], tf.int32, name="k")))
@@ -159,17 +212,18 @@ def item_id_text(item_ids: np.ndarray) -> np.ndarray:
                      for i in item_ids.tolist()], dtype=object)
 
 
-def export(weights: list[np.ndarray], *, n_items: int, hidden: int, latent: int,
-           path: Path, item_ids: np.ndarray, popularity: np.ndarray,
-           encoder_layers: int = 1) -> None:
-    """Write a float32 SavedModel of ``weights`` (in ``MultVAE.weights`` order, without a
-    composite prior's frozen encoder) to ``path``.
+def serving_module(weights: list[np.ndarray], *, n_items: int, hidden: int, latent: int,
+                   item_ids: np.ndarray, popularity: np.ndarray, encoder_layers: int = 1,
+                   ease: EaseBlend | None = None) -> ServingModule:
+    """The ``ServingModule`` of ``weights`` (in ``MultVAE.weights`` order, without a composite
+    prior's frozen encoder), a float32 copy.
 
     Args:
       encoder_layers: the encoder's depth (``MultVAE``); the signatures are the same.
       item_ids: (n_items,) raw id of each item_idx (the split's ``item_index.parquet``).
       popularity: (n_items,) training users per item (``Popularity(train).counts`` of the
         whole training matrix, summed over the ranks' shares): the fallback ranking.
+      ease: EASE blended into the scores, or None.
     """
     text = item_id_text(np.asarray(item_ids))
     if text.size != n_items or len(set(text)) != n_items:
@@ -179,10 +233,20 @@ def export(weights: list[np.ndarray], *, n_items: int, hidden: int, latent: int,
                     encoder_layers=encoder_layers)
     model.build_variables()
     model.set_weights(weights)
-    module = ServingModule(model, np.array([t.encode() for t in text], dtype=object),
-                           np.asarray(popularity, np.float32))
+    return ServingModule(model, np.array([t.encode() for t in text], dtype=object),
+                         np.asarray(popularity, np.float32), ease)
+
+
+def save(module: ServingModule, path: Path) -> None:
+    """Write ``module`` as a SavedModel at ``path``, its signatures named."""
     tf.saved_model.save(module, str(path),
                         # serving_default: what TF Serving answers when no signature is named
                         signatures={"score": module.score, "recommend": module.recommend,
                                     "recommend_ids": module.recommend_ids,
                                     "serving_default": module.recommend_ids})
+
+
+def export(weights: list[np.ndarray], *, path: Path, **module: Any) -> None:
+    """Write the float32 SavedModel of ``weights`` to ``path`` (``serving_module``'s
+    arguments)."""
+    save(serving_module(weights, **module), path)

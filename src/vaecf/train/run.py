@@ -23,9 +23,10 @@ from vaecf.baselines import Popularity
 from vaecf.data.splits import Split, open_split
 from vaecf.errors import VaecfError
 from vaecf.io import manifest_name, publish, write_manifest
+from vaecf.train import ease_blend
 from vaecf.train import horovod as dist
 from vaecf.train.config import TrainConfig
-from vaecf.train.export import export
+from vaecf.train.export import save, serving_module
 from vaecf.train.trainer import Trainer, user_shares
 
 
@@ -57,8 +58,15 @@ def train(config: TrainConfig) -> None:
                                                     config.inputs))
                        if runtime.is_chief else None)
             stack.callback(trainer.tracker.close)
+            # rank 0 decides for all (the memory each rank sees differs): every rank or none
+            # adds its share to EASE's Gram matrix
+            ease_off = dist.broadcast_object(ease_blend.why_off(config, split.n_items), runtime)
+            if ease_off and config.ease_blend != "off":
+                log.info(f"EASE is not blended into the exported scores: {ease_off}")
             trainer.restore()
             trainer.fit()
+            gram = (None if ease_off else
+                    ease_blend.item_gram(split.train, runtime, summed=shares == runtime.size))
             digests = dist.gather_object(trainer.weights_digest(), runtime)
             best = dist.whole_weights(trainer.model, trainer.state.best_weights, runtime)
             popularity = Popularity(split.train).counts  # users per item, summed over shares
@@ -70,7 +78,7 @@ def train(config: TrainConfig) -> None:
                                      f"(digests {digests}): replicas diverged")
                 split.write_item_index(staging / "item_index.parquet")
                 _write_output(staging, trainer, best, split, popularity, loaded, digests,
-                              config, started)
+                              config, started, (gram, ease_off))
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
 
@@ -102,17 +110,30 @@ def _loaded(split: Split) -> dict[str, Any]:
 
 def _write_output(staging: Path, trainer: Trainer, best_weights: list[np.ndarray] | None,
                   split: Split, popularity: np.ndarray, loaded: list[dict[str, Any]],
-                  digests: list[str], config: TrainConfig, started: float) -> None:
+                  digests: list[str], config: TrainConfig, started: float,
+                  ease: tuple[np.ndarray | None, str | None]) -> None:
+    """Export the best epoch (with EASE blended in where ``ease``'s Gram matrix is given and
+    the validation users choose it) and write the model's manifest and log."""
     state = trainer.state
     if best_weights is None:
         raise VaecfError("no epoch was validated: nothing to export")
-    export(trainer.exported_weights(best_weights), n_items=trainer.n_items,
-           hidden=config.hidden, latent=config.latent, encoder_layers=config.encoder_layers,
-           path=staging / "saved_model", item_ids=split.item_ids, popularity=popularity)
+    shapes = {"n_items": trainer.n_items, "hidden": config.hidden, "latent": config.latent,
+              "encoder_layers": config.encoder_layers, "item_ids": split.item_ids,
+              "popularity": popularity}
+    weights = trainer.exported_weights(best_weights)
+    module = serving_module(weights, **shapes)
+    best = next(r for r in state.log if r["epoch"] == state.best_epoch)
+    gram, off = ease
+    blended: dict[str, Any] = {"off": off}
+    if gram is not None:
+        chosen, blended = ease_blend.choose(module, gram, config.ease_lambda,
+                                            *split.heldout("val"))
+        if chosen is not None:
+            module = serving_module(weights, **shapes, ease=chosen)
+    save(module, staging / "saved_model")
     with open(staging / "train_log.jsonl", "w") as handle:
         for record in state.log:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
-    best = next(r for r in state.log if r["epoch"] == state.best_epoch)
     write_manifest(
         staging, "train", inputs={"split": config.split},
         parameters=trainer.config.parameters(),  # with anneal_steps as resolved for the run
@@ -121,7 +142,8 @@ def _write_output(staging: Path, trainer: Trainer, best_weights: list[np.ndarray
         started=started,
         extra={"n_items": trainer.n_items, "split_n_items": split.n_items,
                "split_digest": split.digest,
-               "best_epoch": state.best_epoch, "best_val": best["val"],
+               # best_val: the model alone at its best epoch; ease_blend's val: exported
+               "best_epoch": state.best_epoch, "best_val": best["val"], "ease_blend": blended,
                # without --epochs: whether the patience ran out before --max-epochs
                "stopped_early": state.epoch < config.epoch_cap,
                "best_val_stderr": best.get("val_stderr"),

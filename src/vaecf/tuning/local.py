@@ -16,7 +16,7 @@ from vaecf import log
 from vaecf.errors import VaecfError
 from vaecf.io import read_manifest
 from vaecf.tuning.space import describe
-from vaecf.tuning.trials import OBJECTIVE, record
+from vaecf.tuning.trials import OBJECTIVE, exported_val, record
 
 
 def trial_name(index: int) -> str:
@@ -58,7 +58,7 @@ def run_trials(split: str, directory: Path, scratch: Path, trials: list[dict[str
                              "checkpoints were in the tune's staging folder and are not kept: "
                              "a rerun starts the search over") from None
         manifest = read_manifest(directory / name, "train")
-        entry = record(index, f"{directory.name}/{name}", manifest, manifest["best_val"])
+        entry = record(index, f"{directory.name}/{name}", manifest, exported_val(manifest))
         records.append(entry)
         log.info(f"tune: trial {index} val {OBJECTIVE} {entry['val'][OBJECTIVE]:.4f}"
                  + _stderr(entry) + f" (kept epoch {entry['best_epoch']} of "

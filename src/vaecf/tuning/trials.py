@@ -77,6 +77,17 @@ def record(index: int, model: str, train_manifest: Mapping[str, Any],
             "beta_at_best_epoch": beta_at_best_epoch(train_manifest), "model": model}
 
 
+def exported_val(train_manifest: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The exported model's validation metrics, as ``record`` takes them: with EASE blended
+    in (``ease_blend``'s ``val`` and ``val_stderr``), else the best epoch's (``best_val``)."""
+    blended = train_manifest.get("ease_blend") or {}
+    if "val" not in blended:
+        return train_manifest["best_val"]
+    errors = blended.get("val_stderr") or {}
+    return {key: {"mean": value, "stderr": errors.get(key)}
+            for key, value in blended["val"].items()}
+
+
 def beta_at_best_epoch(train_manifest: Mapping[str, Any]) -> float | None:
     """The KL weight at the last step of the exported epoch (``min(cap, step / anneal)``),
     None when unknown or per user (``--kl-per-item``)."""
