@@ -61,7 +61,8 @@ def item_gram(train: sp.csr_matrix, runtime: dist.Runtime, summed: bool) -> np.n
     """float64 (n_items, n_items) X^T X of every training user: of this rank's share, summed
     over the ranks when each holds a share (``summed``), on every rank."""
     partial = gram(train)
-    return dist.allreduce_sum(partial, runtime) if summed else partial
+    # np.array: Horovod's sum comes back read-only, and EASE's inverse is taken in place
+    return np.array(dist.allreduce_sum(partial, runtime)) if summed else partial
 
 
 def choose(module: ServingModule, item_gram: np.ndarray, l2: float, fold_in: sp.csr_matrix,
