@@ -114,7 +114,7 @@ def backoff(attempt: int, hint: float | None = None) -> float:
 
 def call(what: str, fn: Callable[..., Any], *args: Any, budget: float,
          timeout: float | tuple[float, float] = REQUEST_TIMEOUT, granted: bool = False,
-         **kwargs: Any) -> Any:
+         sleep: Callable[[float], None] | None = None, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` with a client-side ``timeout``, retried while transient.
 
     Args:
@@ -126,6 +126,8 @@ def call(what: str, fn: Callable[..., Any], *args: Any, budget: float,
       timeout: seconds to connect and to wait for each read, or ``(connect, read)``.
       granted: the same call succeeded before in this step, so a 401/403 is a restarting
         API server's (``REFUSAL_GRACE``), not the step's Role.
+      sleep: waits between the attempts (``time.sleep``; a step that can be cancelled
+        passes one that ends early and raises, ``vaecf.k8s.job.CancelRequest.sleep``).
 
     Raises:
       ApiError: a failure that retrying cannot help, or the last one within ``budget``.
@@ -149,7 +151,7 @@ def call(what: str, fn: Callable[..., Any], *args: Any, budget: float,
             if not (transient_status(status) or refused) or time.monotonic() + pause > give_up:
                 raise ApiError(f"{what} failed: {line}", status) from None
             log.info(f"{what}: {line}; retrying in {pause:g} s")
-            time.sleep(pause)
+            (sleep or time.sleep)(pause)
     raise AssertionError("unreachable")
 
 
