@@ -174,6 +174,18 @@ def test_sigterm_deletes_the_application(env, monkeypatch) -> None:
     assert not env["output"].exists()
 
 
+def test_sigterm_while_the_watch_waits_for_its_answer_deletes_the_application(
+        env, monkeypatch) -> None:
+    """The watch is accepted and never answered (a stalled connection), its read limit 10
+    minutes: the signal cuts the connection, so the step acts at once instead of waiting."""
+    with serve(env, monkeypatch, states=["SUBMITTED"], stall={"watch": 1}) as server:
+        code, err = sigterm_once_watching(server, argv(env, "--request-timeout", "600"))
+    assert code == 1
+    assert err == (f"vaecf launch-sparkapp: error: sparkapplication team-a/{APP['preprocess']}: "
+                   "cancelled by SIGTERM; deleted the application\n")
+    assert len(server.cluster.seen("DELETE")) == 1 and APP["preprocess"] not in server.cluster.jobs
+
+
 # Run in the launcher's process: SIGTERM arrives in the main thread the moment it has taken a
 # lock, before the `with` block that releases it begins (CPython runs signal handlers between
 # the two; under load a SIGTERM sent at any time lands there now and then). site "pool": the
@@ -241,9 +253,10 @@ def test_sigterm_that_lands_while_a_lock_is_held_still_deletes_the_application(
         try:
             _, err = process.communicate(timeout=120)  # seconds if it works; guards a hang
         except subprocess.TimeoutExpired:
-            pytest.fail("the launcher did not end after SIGTERM (a lock left held?)")
+            err = None
         finally:
             process.kill()
+    assert err is not None, "the launcher did not end after SIGTERM (a lock left held?)"
     assert process.returncode == 1, err
     assert err == (f"vaecf launch-sparkapp: error: sparkapplication team-a/{APP['preprocess']}: "
                    "cancelled by SIGTERM; deleted the application\n")

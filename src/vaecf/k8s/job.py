@@ -30,7 +30,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -119,27 +119,25 @@ class CancelRequest:
     The handler raises nothing. An exception raised from a handler lands at whatever bytecode
     the main thread has reached, which can be just after a library took a lock and before the
     ``with`` block that releases it (urllib3's connection pool, a ``threading.Event``: CPython
-    runs handlers between the two); the cleanup then waits on that lock for ever (a launcher
-    that did not end after SIGTERM, once, under load). So the handler records the signal and
-    shuts down the socket of the answer being streamed (the watch), whose blocking read then
-    returns at once; ``check`` raises ``Cancelled`` before each call and between watch events,
-    the pauses between retries end within ``TICK``, and a request in flight ends within its
-    own timeout.
+    runs handlers between the two); the cleanup then waits on that lock for ever. So the
+    handler records the first signal and cuts the API client's connections (``cut``, from
+    ``client.connection_cutter``): the watch and any request waiting for its answer return at
+    once. ``check`` raises ``Cancelled`` before each call and between watch events, and a
+    pause between retries ends within ``TICK``. Later signals change nothing: the cleanup that
+    follows is bounded (``CLEANUP_SECONDS``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, cut: Callable[[], None]) -> None:
         self.signal_name = ""  # the first signal's name (``"SIGTERM"``), once one arrived
         self._raised = False
-        self._stream: Any = None  # the answer being streamed, if any
+        self._cut = cut
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
         """The signal handler: runs in the main thread, wherever it was, maybe with a lock
-        held. It records and shuts a socket down (one system call), nothing more."""
-        self.signal_name = self.signal_name or signal.Signals(signum).name
-        stream = self._stream
-        if stream is not None:
-            with suppress(OSError, ValueError, RuntimeError):  # released or closed already
-                stream.shutdown()
+        held. It records the signal and shuts sockets down (system calls), nothing more."""
+        if not self.signal_name:
+            self.signal_name = signal.Signals(signum).name
+            self._cut()
 
     @property
     def pending(self) -> bool:
@@ -158,17 +156,6 @@ class CancelRequest:
         while not self.pending and (left := until - time.monotonic()) > 0:
             time.sleep(min(TICK, left))
         self.check()
-
-    @contextmanager
-    def reading(self, stream: Any) -> Iterator[None]:
-        """While inside, a signal shuts down ``stream`` (a urllib3 answer read with
-        ``_preload_content=False``), so that its blocking read returns at once."""
-        self._stream = stream
-        try:
-            self.check()  # a signal that came before the stream was known
-            yield
-        finally:
-            self._stream = None
 
 
 class DeletedElsewhere(VaecfError):
@@ -224,7 +211,7 @@ class JobRun:
         self._refused_since: float | None = None  # the watch's first 401/403 in a row
         self._sent_create = False  # the job may exist because of this step
         self._cleaning = False
-        self.cancel = CancelRequest()
+        self.cancel = CancelRequest(client.connection_cutter(api_client))
 
     @property
     def _coordinates(self) -> tuple[str, str, str, str]:
@@ -482,7 +469,7 @@ class JobRun:
             except (HTTPError, OSError, ValueError) as err:  # dropped, stalled, garbled
                 if self.left() > 0.1:  # a quiet job's stream read up to the deadline: fine
                     trouble = f"watch interrupted ({type(err).__name__})"
-            self.cancel.check()  # the handler shut the stream down
+            self.cancel.check()  # the handler cut the stream
             if not trouble and time.monotonic() - opened >= QUICK_WATCH:
                 attempt = 0
                 continue
@@ -540,6 +527,7 @@ class JobRun:
         read = remaining if remaining <= WATCH_CHUNK_SECONDS else chunk + self.timeout
         since: dict[str, Any] = ({} if resource_version is None
                                  else {"resource_version": resource_version})
+        self.cancel.check()
         response = client.call(
             f"{self.ref}: watch", self._custom.list_namespaced_custom_object,
             *self._coordinates, budget=0,
@@ -547,12 +535,11 @@ class JobRun:
             field_selector=f"metadata.name={self.name}", allow_watch_bookmarks=True,
             watch=True, timeout_seconds=max(1, int(chunk)), _preload_content=False, **since)
         try:
-            with self.cancel.reading(response):
-                for line in client.lines(response):
-                    if line.strip():
-                        event = json.loads(line)
-                        yield event["type"], event["object"]
-                        self.cancel.check()
+            for line in client.lines(response):
+                if line.strip():
+                    event = json.loads(line)
+                    yield event["type"], event["object"]
+                    self.cancel.check()
         finally:  # an early return leaves the server streaming: drop the connection
             response.close()
 
