@@ -535,6 +535,7 @@ class JobRun:
             field_selector=f"metadata.name={self.name}", allow_watch_bookmarks=True,
             watch=True, timeout_seconds=max(1, int(chunk)), _preload_content=False, **since)
         try:
+            self.cancel.check()  # a signal while it was opened: on a connection not cut
             for line in client.lines(response):
                 if line.strip():
                     event = json.loads(line)
