@@ -201,7 +201,7 @@ site = sys.argv[1]
 
 
 class Unlucky(threading.Condition):
-    armed = False
+    armed = None  # then True from the first watch until it fires, then False
 
     def __enter__(self):
         entered = super().__enter__()
@@ -222,8 +222,8 @@ open_request, start_log = pool.HTTPConnectionPool.urlopen, pod_log.PodLog.__init
 
 
 def urlopen(self, method, url, *args, **kwargs):
-    if "watch=true" in url.lower() and Unlucky.armed is False:
-        Unlucky.armed = True  # once: the first watch
+    if "watch=true" in url.lower() and Unlucky.armed is None:
+        Unlucky.armed = True
     return open_request(self, method, url, *args, **kwargs)
 
 
