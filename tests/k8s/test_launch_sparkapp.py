@@ -5,6 +5,9 @@ holding the staged input and the output the driver publishes."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -169,6 +172,98 @@ def test_sigterm_deletes_the_application(env, monkeypatch) -> None:
                            "preconditions": {"uid": "uid-1"}}
     assert APP["preprocess"] not in server.cluster.jobs
     assert not env["output"].exists()
+
+
+def test_sigterm_while_the_watch_waits_for_its_answer_deletes_the_application(
+        env, monkeypatch) -> None:
+    """The watch is accepted and never answered (a stalled connection), its read limit 10
+    minutes: the signal cuts the connection, so the step acts at once instead of waiting."""
+    with serve(env, monkeypatch, states=["SUBMITTED"], stall={"watch": 1}) as server:
+        code, err = sigterm_once_watching(server, argv(env, "--request-timeout", "600"))
+    assert code == 1
+    assert err == (f"vaecf launch-sparkapp: error: sparkapplication team-a/{APP['preprocess']}: "
+                   "cancelled by SIGTERM; deleted the application\n")
+    assert len(server.cluster.seen("DELETE")) == 1 and APP["preprocess"] not in server.cluster.jobs
+
+
+# Run in the launcher's process: SIGTERM arrives in the main thread the moment it has taken a
+# lock, before the `with` block that releases it begins (CPython runs signal handlers between
+# the two; under load a SIGTERM sent at any time lands there now and then). site "pool": the
+# lock of urllib3's connection pool, taken for the watch; "wake": the lock of the log
+# follower's Event, taken when a watch event wakes it.
+UNLUCKY = """
+import queue, signal, sys, threading
+import urllib3.connectionpool as pool
+from vaecf.cli import main
+from vaecf.k8s import pod_log
+
+site = sys.argv[1]
+
+
+class Unlucky(threading.Condition):
+    armed = None  # then True from the first watch until it fires, then False
+
+    def __enter__(self):
+        entered = super().__enter__()
+        if Unlucky.armed and threading.current_thread() is threading.main_thread():
+            Unlucky.armed = False
+            signal.raise_signal(signal.SIGTERM)  # its handler runs before this returns
+        return entered
+
+
+class Queue(queue.LifoQueue):
+    def __init__(self, maxsize):
+        super().__init__(maxsize)
+        if site == "pool":
+            self.not_empty = Unlucky(self.mutex)
+
+
+open_request, start_log = pool.HTTPConnectionPool.urlopen, pod_log.PodLog.__init__
+
+
+def urlopen(self, method, url, *args, **kwargs):
+    if "watch=true" in url.lower() and Unlucky.armed is None:
+        Unlucky.armed = True
+    return open_request(self, method, url, *args, **kwargs)
+
+
+def follow(self, *args, **kwargs):
+    start_log(self, *args, **kwargs)
+    if site == "wake":
+        self._wake._cond = Unlucky(threading.Lock())
+
+
+pool.HTTPConnectionPool.QueueCls, pool.HTTPConnectionPool.urlopen = Queue, urlopen
+pod_log.PodLog.__init__ = follow
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.timeout(150)  # the guard below, after the launcher's start
+@pytest.mark.parametrize("site", ["pool", "wake"])
+def test_sigterm_that_lands_while_a_lock_is_held_still_deletes_the_application(
+        env, monkeypatch, site) -> None:
+    """The handler used to raise at that point, leaving the lock held: the delete that
+    followed then waited on it for ever (the launcher never ended). Now the handler only
+    records the signal, and the step acts on it between calls."""
+    with serve(env, monkeypatch, states=["SUBMITTED", "RUNNING"]) as server:
+        process = subprocess.Popen([sys.executable, "-c", UNLUCKY, site, *argv(env)],
+                                   env=dict(os.environ), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        try:
+            _, err = process.communicate(timeout=120)  # seconds if it works; guards a hang
+        except subprocess.TimeoutExpired:
+            err = None
+        finally:
+            process.kill()
+    assert err is not None, "the launcher did not end after SIGTERM (a lock left held?)"
+    assert process.returncode == 1, err
+    assert err == (f"vaecf launch-sparkapp: error: sparkapplication team-a/{APP['preprocess']}: "
+                   "cancelled by SIGTERM; deleted the application\n")
+    (delete,) = server.cluster.seen("DELETE")
+    assert delete.body == {"propagationPolicy": "Foreground",
+                           "preconditions": {"uid": "uid-1"}}
+    assert APP["preprocess"] not in server.cluster.jobs
 
 
 def test_watch_errors_and_an_expired_version_are_ridden_out(env, cli, monkeypatch) -> None:

@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import time
+import weakref
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +60,42 @@ def api_client() -> Any:
         raise VaecfError(f"no Kubernetes credentials: {err}") from err
     configuration.retries = False
     return client.ApiClient(configuration)
+
+
+def connection_cutter(api: Any) -> Callable[[], None]:
+    """Keep track of every connection ``api`` (an ``ApiClient``) opens from now on; returns
+    what shuts them all down, so that every read waiting on one (a watch, a request waiting
+    for its answer, in any thread) returns at once, and the next request opens a new one.
+
+    What a cancelled context does to a Go client's requests. Safe in a signal handler: a
+    system call per socket, no lock taken, nothing raised.
+    """
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    # while a socket exists: a streamed answer keeps its own after the connection lets go
+    sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+
+    def tracked(pool: Any) -> Any:
+        base: Any = pool.ConnectionCls
+
+        class Connection(base):
+            def connect(self) -> None:
+                super().connect()
+                sockets.add(self.sock)
+
+        return type(pool.__name__, (pool,), {"ConnectionCls": Connection})
+
+    manager = api.rest_client.pool_manager
+    manager.clear()  # a pool made before would keep its untracked connections
+    manager.pool_classes_by_scheme = {"http": tracked(HTTPConnectionPool),
+                                      "https": tracked(HTTPSConnectionPool)}
+
+    def cut() -> None:
+        for sock in list(sockets):
+            with suppress(OSError):  # socket.socket's own: an SSLSocket's drops its TLS state
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+    return cut
 
 
 def current_namespace() -> str:
@@ -114,7 +153,7 @@ def backoff(attempt: int, hint: float | None = None) -> float:
 
 def call(what: str, fn: Callable[..., Any], *args: Any, budget: float,
          timeout: float | tuple[float, float] = REQUEST_TIMEOUT, granted: bool = False,
-         **kwargs: Any) -> Any:
+         sleep: Callable[[float], None] | None = None, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` with a client-side ``timeout``, retried while transient.
 
     Args:
@@ -126,6 +165,8 @@ def call(what: str, fn: Callable[..., Any], *args: Any, budget: float,
       timeout: seconds to connect and to wait for each read, or ``(connect, read)``.
       granted: the same call succeeded before in this step, so a 401/403 is a restarting
         API server's (``REFUSAL_GRACE``), not the step's Role.
+      sleep: waits between the attempts (``time.sleep``; a step that can be cancelled
+        passes one that ends early and raises, ``vaecf.k8s.job.CancelRequest.sleep``).
 
     Raises:
       ApiError: a failure that retrying cannot help, or the last one within ``budget``.
@@ -149,7 +190,7 @@ def call(what: str, fn: Callable[..., Any], *args: Any, budget: float,
             if not (transient_status(status) or refused) or time.monotonic() + pause > give_up:
                 raise ApiError(f"{what} failed: {line}", status) from None
             log.info(f"{what}: {line}; retrying in {pause:g} s")
-            time.sleep(pause)
+            (sleep or time.sleep)(pause)
     raise AssertionError("unreachable")
 
 

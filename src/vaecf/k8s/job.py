@@ -15,6 +15,9 @@ and delete, pods list, pods/log get, events list. ``--timeout`` is a deadline fo
 A job this step gives up on (deadline, cancel, a refusal of a call never granted) is deleted;
 one the API server itself keeps the step from following (unreachable or failing beyond the
 retries, refusing what it granted before) is left running for a retry of the step.
+
+SIGTERM and SIGINT are recorded by their handler and acted on by this module's own code
+(``CancelRequest``), never raised from the handler into the kubernetes client or urllib3.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ START_BUDGET = 300.0  # seconds to reach the API server when creating (restarts 
 CLEANUP_SECONDS = 20.0
 CLEANUP_REQUEST = 5.0  # each cleanup request's own limit: a frozen connection leaves retries
 GONE_WAIT = 300.0  # how long a job in deletion (pods ending) may take to disappear
+TICK = 0.1  # a pause of a step being cancelled ends within this (no handler can wake a sleep)
 
 
 Outcome = tuple[str, bool, str]  # (state, succeeded, message) of a finished job
@@ -104,8 +108,54 @@ def job_name(run_id: str, prefix: str, limit: int) -> str:
 
 
 class Cancelled(BaseException):
-    """SIGTERM or SIGINT arrived (KFP cancels a run with SIGTERM). Not an ``Exception``, so
-    no library ``except Exception`` swallows it on its way to the cleanup."""
+    """SIGTERM or SIGINT arrived (KFP cancels a run with SIGTERM), raised by ``CancelRequest``
+    between calls. Not an ``Exception``, so no ``except Exception`` swallows it on its way to
+    the cleanup."""
+
+
+class CancelRequest:
+    """SIGTERM or SIGINT, recorded by the signal handler and acted on by the step's own code.
+
+    The handler raises nothing. An exception raised from a handler lands at whatever bytecode
+    the main thread has reached, which can be just after a library took a lock and before the
+    ``with`` block that releases it (urllib3's connection pool, a ``threading.Event``: CPython
+    runs handlers between the two); the cleanup then waits on that lock for ever. So the
+    handler records the first signal and cuts the API client's connections (``cut``, from
+    ``client.connection_cutter``): the watch and any request waiting for its answer return at
+    once. ``check`` raises ``Cancelled`` before each call and between watch events, and a
+    pause between retries ends within ``TICK``. Later signals change nothing: the cleanup that
+    follows is bounded (``CLEANUP_SECONDS``).
+    """
+
+    def __init__(self, cut: Callable[[], None]) -> None:
+        self.signal_name = ""  # the first signal's name (``"SIGTERM"``), once one arrived
+        self._raised = False
+        self._cut = cut
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        """The signal handler: runs in the main thread, wherever it was, maybe with a lock
+        held. It records the signal and shuts sockets down (system calls), nothing more."""
+        if not self.signal_name:
+            self.signal_name = signal.Signals(signum).name
+            self._cut()
+
+    @property
+    def pending(self) -> bool:
+        """A signal arrived that ``check`` has not raised yet."""
+        return bool(self.signal_name) and not self._raised
+
+    def check(self) -> None:
+        """Raise ``Cancelled`` if a signal arrived; once: the cleanup that follows goes on."""
+        if self.pending:
+            self._raised = True
+            raise Cancelled(self.signal_name)
+
+    def sleep(self, seconds: float) -> None:
+        """``time.sleep(seconds)``, ended by a signal within ``TICK`` (then ``check``)."""
+        until = time.monotonic() + seconds
+        while not self.pending and (left := until - time.monotonic()) > 0:
+            time.sleep(min(TICK, left))
+        self.check()
 
 
 class DeletedElsewhere(VaecfError):
@@ -124,14 +174,13 @@ class RefusedAgain(VaecfError):
 @contextmanager
 def delete_on_cancel(run: JobRun) -> Iterator[None]:
     """Delete ``run``'s job if this process is told to stop: a cancelled pipeline run must
-    not keep holding GPUs or executors."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise Cancelled(signal.Signals(signum).name)
-
+    not keep holding GPUs or executors. The signal is recorded by ``run.cancel`` and raised
+    as ``Cancelled`` by the run's own code (at the latest here, on the way out)."""
+    handler = run.cancel.handle
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
+        run.cancel.check()
     except Cancelled as stop:
         run.give_up(f"cancelled by {stop}")
     finally:
@@ -162,6 +211,7 @@ class JobRun:
         self._refused_since: float | None = None  # the watch's first 401/403 in a row
         self._sent_create = False  # the job may exist because of this step
         self._cleaning = False
+        self.cancel = CancelRequest(client.connection_cutter(api_client))
 
     @property
     def _coordinates(self) -> tuple[str, str, str, str]:
@@ -182,6 +232,7 @@ class JobRun:
               **kwargs: Any) -> Any:
         """``client.call`` (``client.send`` for a create) within ``budget`` and the deadline;
         a verb answered before may be refused for a moment (a restarting API server)."""
+        self.cancel.check()
         left = self.left()
         if left <= 0:
             raise OutOfTime(f"{self.ref}: {verb}: the deadline passed")
@@ -189,7 +240,8 @@ class JobRun:
         through = client.send if send else client.call
         try:
             answer = through(f"{self.ref}: {verb}", fn, *args, budget=min(budget, left),
-                             timeout=timeout, granted=verb in self._granted, **kwargs)
+                             timeout=timeout, granted=verb in self._granted,
+                             sleep=self.cancel.sleep, **kwargs)
         except client.ApiError as err:
             if client.transient_status(err.status) and left <= budget:  # the deadline's
                 raise OutOfTime(str(err)) from None
@@ -262,7 +314,7 @@ class JobRun:
             if time.monotonic() > give_up:
                 raise VaecfError(f"{self.ref} is still being deleted after {GONE_WAIT:g} s; "
                                  "retry once it is gone")
-            time.sleep(min(1.0, max(0.0, self.left())))
+            self.cancel.sleep(min(1.0, max(0.0, self.left())))
 
     def delete(self, budget: float = CLEANUP_SECONDS) -> bool:
         """Delete the job this step follows and, in the foreground, its pods (frees the GPUs).
@@ -417,6 +469,7 @@ class JobRun:
             except (HTTPError, OSError, ValueError) as err:  # dropped, stalled, garbled
                 if self.left() > 0.1:  # a quiet job's stream read up to the deadline: fine
                     trouble = f"watch interrupted ({type(err).__name__})"
+            self.cancel.check()  # the handler cut the stream
             if not trouble and time.monotonic() - opened >= QUICK_WATCH:
                 attempt = 0
                 continue
@@ -427,7 +480,7 @@ class JobRun:
             if trouble:
                 self._trouble = trouble
                 log.info(f"{self.ref}: {trouble}; watching again in {pause:g} s")
-            time.sleep(max(0.0, min(pause, self.left())))
+            self.cancel.sleep(max(0.0, min(pause, self.left())))
 
     def _refusal(self, err: client.ApiError) -> str:
         """What a failed watch request means: trouble to retry, or raised if final. A 401/403
@@ -474,6 +527,7 @@ class JobRun:
         read = remaining if remaining <= WATCH_CHUNK_SECONDS else chunk + self.timeout
         since: dict[str, Any] = ({} if resource_version is None
                                  else {"resource_version": resource_version})
+        self.cancel.check()
         response = client.call(
             f"{self.ref}: watch", self._custom.list_namespaced_custom_object,
             *self._coordinates, budget=0,
@@ -481,10 +535,12 @@ class JobRun:
             field_selector=f"metadata.name={self.name}", allow_watch_bookmarks=True,
             watch=True, timeout_seconds=max(1, int(chunk)), _preload_content=False, **since)
         try:
+            self.cancel.check()  # a signal while it was opened: on a connection not cut
             for line in client.lines(response):
                 if line.strip():
                     event = json.loads(line)
                     yield event["type"], event["object"]
+                    self.cancel.check()
         finally:  # an early return leaves the server streaming: drop the connection
             response.close()
 
@@ -594,6 +650,7 @@ def run_to_end(run: JobRun, body: dict[str, Any], timeout: float, store: str, ru
                 began = time.monotonic()
                 remove = stage(*staged)
                 run.deadline += time.monotonic() - began  # object storage's time, not the job's
+                run.cancel.check()
             try:
                 run.create_or_attach(body)
             except client.ApiError as err:
