@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -276,7 +277,9 @@ def open_input(uri: str, stage: str | None = None,
             manifest = read_remote_manifest(uri, stage)
             names = list(select(manifest))
             require_listed(manifest, stage, uri.rstrip("/"), names)
-            for name in [manifest_name(stage), *names]:
+            # the manifest as read and chosen from, not fetched again (it could have changed)
+            (tmp / manifest_name(stage)).write_text(json.dumps(manifest))
+            for name in names:
                 dest = inside(tmp, name, uri)
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 storage.download_file(f"{uri.rstrip('/')}/{name}", dest)
