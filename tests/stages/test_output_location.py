@@ -497,7 +497,7 @@ def test_a_full_disk_is_one_line_and_keeps_the_previous_output(cli, raw: Path, t
     result = in_namespace(FULL_DISK.format(vaecf=VAECF, argv=argv), DISK=str(disk),
                           REPORT=str(report))
     assert result.returncode == 0, result.stderr
-    assert (report / "code").read_text() == "1\n"
+    assert (report / "code").read_text() == "1\n", (report / "stderr").read_text()
     [line] = (report / "stderr").read_text().strip().splitlines()
     assert line.startswith(f"vaecf {stage}: error: {disk}/out: No space left on device "
                            f"while writing in {disk}"), line

@@ -35,12 +35,26 @@ def test_an_object_read_in_place_reads_its_bytes(s3_bucket: str,
     assert sha256_source(uri) == (hashlib.sha256(data).hexdigest(), len(data))
 
 
-def test_a_parquet_object_is_read_by_row_groups_in_place(s3_bucket: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_parquet_object_is_read_by_row_groups_in_place_on_the_calling_thread(  # type: ignore[no-untyped-def]
+        s3_bucket: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read on the calling thread only: Arrow's threads reading a Python file take the GIL,
+    and one still holding it at interpreter exit aborts the process (exit 134), while a
+    local path, read natively, keeps Arrow's threads."""
+    threads: list[object] = []
+    for name in ("read", "read_row_groups"):
+        def spy(self, *args, _real=getattr(pq.ParquetFile, name), **kwargs):  # type: ignore[no-untyped-def]
+            threads.append(kwargs.get("use_threads"))
+            return _real(self, *args, **kwargs)
+        monkeypatch.setattr(pq.ParquetFile, name, spy)
     table = pa.table({"user_id": np.arange(10_000), "item_id": np.arange(10_000) % 7})
     pq.write_table(table, tmp_path / "t.parquet", row_group_size=3_000)
     storage.upload_file(tmp_path / "t.parquet", f"s3://{s3_bucket}/t.parquet")
     read = read_parquet(f"s3://{s3_bucket}/t.parquet", {"item_id": "ids"}, row_groups=[2])
     assert read.column("item_id").to_pylist() == table.column("item_id")[6_000:9_000].to_pylist()
+    whole = read_parquet(f"s3://{s3_bucket}/t.parquet", {"item_id": "ids"})
+    assert whole.column("item_id").equals(table.column("item_id"))
+    assert read_parquet(tmp_path / "t.parquet", {"item_id": "ids"}).equals(whole)
+    assert threads == [False, False, True]
 
 
 def test_parts_in_the_staging_prefix_are_published_and_the_prefix_removed(  # type: ignore[no-untyped-def]

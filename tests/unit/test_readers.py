@@ -57,6 +57,36 @@ def test_movielens_plain_file_with_columns_in_another_order(tmp_path: Path) -> N
     assert (raw.user_id.tolist(), raw.item_id.tolist(), raw.value.tolist()) == ([4], [10], [3.5])
 
 
+def test_the_threaded_csv_parser_gets_arrow_memory_not_a_view_of_python_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyarrow's threaded CSV reader may drop its input on one of Arrow's threads after
+    ``read_csv`` returned; a view of Python bytes then takes the GIL there, which aborts a
+    process that is exiting (exit 134 after a finished stage, 1 run in 60 under load). Every
+    piece it parses must be Arrow's own copy: a view of Python bytes is read-only."""
+    import pyarrow as pa
+
+    from vaecf.data.readers import table
+
+    parsed: list[object] = []
+    read_csv = table.pacsv.read_csv
+
+    def spy(source: object, **options: object) -> pa.Table:
+        parsed.append(source)
+        return read_csv(source, **options)
+
+    monkeypatch.setattr(table.pacsv, "read_csv", spy)
+    monkeypatch.setattr(table, "_PIECE_SIZE", 24)  # a few lines per piece: several pieces
+    (tmp_path / "ratings.csv").write_bytes(RATINGS + b"9,8,1.5,103\n" * 5)
+    raw = _read("movielens", tmp_path, "ratings.csv")
+    assert raw.user_id.tolist() == [7, 7, 2] + [9] * 5
+    assert len(parsed) > 2
+    assert all(isinstance(p, pa.Buffer) and p.is_mutable for p in parsed), parsed
+    python_view = pa.py_buffer(RATINGS)
+    assert not python_view.is_mutable  # what the check tells apart
+    copy = table.arrow_copy(memoryview(RATINGS))
+    assert copy.to_pybytes() == RATINGS and copy.address != python_view.address
+
+
 @pytest.mark.parametrize(("content", "expected"), [
     (b"", "ratings.csv: file is empty"),
     (b"userId,movieId,rating,timestamp\n", "ratings.csv: no data rows"),

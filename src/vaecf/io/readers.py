@@ -159,7 +159,13 @@ NUMBER = "number"  # integers or floats
 
 def _parquet_source(path: Path | str) -> Any:
     """What pyarrow opens: a local path, or an ``s3://`` object read in place by ranged GETs
-    (a Spark engine's task reading its row groups)."""
+    (a Spark engine's task reading its row groups).
+
+    pyarrow reads the object, a Python file, on the calling thread only (``use_threads``
+    off where it is read): Arrow's threads would take the GIL to read it, and one still
+    holding it when the interpreter exits aborts the process (exit 134 after the work is
+    done: 1 run in 5 of a two-column read under load; a local path reads natively).
+    """
     from vaecf.io import storage
 
     return storage.open_source(path) if isinstance(path, str) and storage.is_s3(path) \
@@ -184,7 +190,9 @@ def read_parquet(path: Path | str, columns: Mapping[str, str], where: str | None
 
     where = where or str(path)
     try:
-        with pq.ParquetFile(_parquet_source(path)) as parquet:
+        source = _parquet_source(path)
+        threads = isinstance(source, Path)  # see _parquet_source
+        with pq.ParquetFile(source) as parquet:
             _check_schema(parquet.schema_arrow, columns, where)
             found = [parquet.metadata.row_group(g).num_rows
                      for g in range(parquet.metadata.num_row_groups)]
@@ -192,11 +200,12 @@ def read_parquet(path: Path | str, columns: Mapping[str, str], where: str | None
                 raise VaecfError(f"{where}: row groups of {found[:5]}... rows, not the "
                                  f"{list(group_rows)[:5]}... its manifest lists")
             if row_groups is None:
-                return parquet.read(columns=list(columns))
+                return parquet.read(columns=list(columns), use_threads=threads)
             outside = [g for g in row_groups if not 0 <= g < len(found)]
             if outside:
                 raise VaecfError(f"{where}: no row group {outside[0]} (it has {len(found)})")
-            return parquet.read_row_groups(list(row_groups), columns=list(columns))
+            return parquet.read_row_groups(list(row_groups), columns=list(columns),
+                                           use_threads=threads)
     except (OSError, ValueError, KeyError, pa.ArrowException) as err:
         raise VaecfError(f"{where}: not a readable Parquet file ({str(err)[:200]})") from None
 

@@ -147,7 +147,7 @@ def iter_checked(file: DataFile, layout: CsvLayout) -> Iterator[pa.Table]:
             if cut == 0:  # no line ends in the piece yet: read on (locate_error limits it)
                 rest = data
                 continue
-            piece, rest = pa.py_buffer(memoryview(data)[:cut]), data[cut:]
+            piece, rest = arrow_copy(memoryview(data)[:cut]), data[cut:]
             try:
                 table = pacsv.read_csv(piece, **csv_options(layout, skip))
             except pa.ArrowInvalid as err:
@@ -157,6 +157,21 @@ def iter_checked(file: DataFile, layout: CsvLayout) -> Iterator[pa.Table]:
             yield table
     if rows == 0:
         raise VaecfError(f"{file.label}: no data rows (header only?)")
+
+
+def arrow_copy(data: memoryview) -> pa.Buffer:
+    """``data`` copied into Arrow's memory, for pyarrow's threaded CSV reader.
+
+    That reader drops its last reference to its input on one of Arrow's threads, possibly
+    after ``read_csv`` has returned. A view of Python memory (``pa.py_buffer``) must then take
+    the GIL on that thread, and if the interpreter is exiting by then, the thread is torn
+    down inside a destructor: ``terminate called without an active exception``, exit 134,
+    after the stage has finished (1 run in 60 under load, seen in CI; apache/arrow#34314).
+    Arrow's own memory is freed without Python.
+    """
+    sink = pa.BufferOutputStream()
+    sink.write(data)
+    return sink.getvalue()
 
 
 def _check_not_empty(file: DataFile) -> None:
