@@ -41,11 +41,15 @@ def test_a_parquet_object_is_read_by_row_groups_in_place_on_the_calling_thread( 
     and one still holding it at interpreter exit aborts the process (exit 134), while a
     local path, read natively, keeps Arrow's threads."""
     threads: list[object] = []
-    for name in ("read", "read_row_groups"):
-        def spy(self, *args, _real=getattr(pq.ParquetFile, name), **kwargs):  # type: ignore[no-untyped-def]
+
+    def spying(real):  # type: ignore[no-untyped-def]
+        def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
             threads.append(kwargs.get("use_threads"))
-            return _real(self, *args, **kwargs)
-        monkeypatch.setattr(pq.ParquetFile, name, spy)
+            return real(self, *args, **kwargs)
+        return spy
+
+    for name in ("read", "read_row_groups"):
+        monkeypatch.setattr(pq.ParquetFile, name, spying(getattr(pq.ParquetFile, name)))
     table = pa.table({"user_id": np.arange(10_000), "item_id": np.arange(10_000) % 7})
     pq.write_table(table, tmp_path / "t.parquet", row_group_size=3_000)
     storage.upload_file(tmp_path / "t.parquet", f"s3://{s3_bucket}/t.parquet")
