@@ -22,7 +22,6 @@ from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from vaecf.data.split_keys import GOLDEN, MIX1, MIX2
-from vaecf.data.splits import STREAM_GROUP_ROWS
 
 _PART, _POS, _OFFSET = "_vaecf_part", "_vaecf_pos", "_vaecf_offset"
 # Rows of pairs per partition of a frame hashed by user. Spark's 200 shuffle partitions cost
@@ -94,30 +93,36 @@ def sorted_batches(frame: DataFrame, order: list[str]) -> Iterator[pa.RecordBatc
         yield from pa.ipc.open_stream(row["ipc"])
 
 
-def sorted_parts(frame: DataFrame, order: list[str], uri: str, name: str,
-                 schema: pa.Schema, group_rows: int = STREAM_GROUP_ROWS
-                 ) -> dict[str, dict[str, Any]]:
+def sorted_parts(frame: DataFrame, order: list[str], uri: str, tables: dict[str, int],
+                 schema: pa.Schema, by_code: bool = False) -> dict[str, dict[str, dict[str, Any]]]:
     """The rows of ``frame`` sorted by ``order``, written by the tasks as Parquet parts
-    ``<uri>/<name>/part-<partition>.parquet`` (``pieces.write_part``, in row groups of
-    ``group_rows`` rows): each range partition of the sort is one part, so
-    the parts, in name order, hold the rows in ``order``.
+    ``<uri>/<table>/part-<partition>.parquet`` (``pieces.write_parts``, in row groups of
+    ``tables[table]`` rows): each range partition of the sort is one part of each table it
+    holds, so a table's parts, in name order, hold its rows in ``order``. One table, or with
+    ``by_code`` several in one sort: ``order``'s first column, the first of ``frame``, is
+    then each row's table (its index in ``tables``), and is not written.
 
     Returns:
-      ``{part name: {"sha256", "bytes", "rows", "row_groups"}}``, in order: what the driver
-      receives (one row per part), never the rows; ``row_groups``: ``[first value, rows]``
-      of each row group of the part, the value of ``frame``'s first column (the sort's
-      first key).
+      ``{table: {part name: {"sha256", "bytes", "rows", "row_groups"}}}``, parts in order:
+      what the driver receives (one row per part), never the rows; ``row_groups``: ``[first
+      value, rows]`` of each row group of the part, the value of the first column written
+      (the sort's first key after the table's).
     """
-    from vaecf.data.spark.pieces import PARTS, write_part
+    from vaecf.data.spark.pieces import PARTS, write_parts
     from vaecf.data.spark.raw import task_environment
 
+    names = list(tables)
     written = frame.orderBy(*order).mapInArrow(
-        partial(write_part, uri=uri, name=name, schema=schema,
-                environment=task_environment(frame.sparkSession), group_rows=group_rows),
+        partial(write_parts, uri=uri, names=names, schema=schema,
+                environment=task_environment(frame.sparkSession),
+                group_rows=list(tables.values()), by_code=by_code),
         from_arrow_schema(PARTS))
-    return {row["name"]: {"sha256": row["sha256"], "bytes": int(row["bytes"]),
-                          "rows": int(row["rows"]), "row_groups": json.loads(row["row_groups"])}
-            for row in sorted(written.collect(), key=lambda row: row["partition"])}
+    found: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in names}
+    for row in sorted(written.collect(), key=lambda row: (row["name"], row["partition"])):
+        found[row["name"].rpartition("/")[0]][row["name"]] = {
+            "sha256": row["sha256"], "bytes": int(row["bytes"]), "rows": int(row["rows"]),
+            "row_groups": json.loads(row["row_groups"])}
+    return found
 
 
 def id_key(seed: int, column: str) -> Column:

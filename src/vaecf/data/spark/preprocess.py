@@ -24,7 +24,7 @@ from pyspark.sql import types as T
 from vaecf.data.preprocess import INTERACTIONS_PARTS, FilterConfig
 from vaecf.data.spark.frames import arrow_type, partitions, sorted_batches, sorted_parts
 from vaecf.data.spark.raw import RawFrame
-from vaecf.data.splits import save_parquet_batches
+from vaecf.data.splits import STREAM_GROUP_ROWS, save_parquet_batches
 from vaecf.errors import VaecfError
 from vaecf.io.readers import MAX_ID_BYTES, id_too_long
 
@@ -172,7 +172,8 @@ def write_interactions(path: Path, pairs: DataFrame, remote: str | None = None
     schema = pa.schema([("user_id", arrow_type(pairs, "user_id")),
                         ("item_id", arrow_type(pairs, "item_id"))])
     if remote is not None:
-        return sorted_parts(pairs, ["user_id", "item_id"], remote, INTERACTIONS_PARTS, schema)
+        return sorted_parts(pairs, ["user_id", "item_id"], remote,
+                            {INTERACTIONS_PARTS: STREAM_GROUP_ROWS}, schema)[INTERACTIONS_PARTS]
     for _ in save_parquet_batches(path, schema, sorted_batches(pairs, ["user_id", "item_id"])):
         pass
     return {}

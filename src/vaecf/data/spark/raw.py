@@ -117,16 +117,19 @@ def read_raw(spark: SparkSession, reader: str, files: list[DataFile], names: lis
 
 
 def read_parquet_ids(spark: SparkSession, paths: list[Path | str], names: list[str],
-                     where: str | None = None) -> DataFrame:
+                     where: str | None = None) -> tuple[DataFrame, int]:
     """The id columns ``names`` of Parquet files read one after the other (a file, or the
     parts a cluster's tasks wrote; integers as longs, text as strings), read by the bounded
-    Parquet reader in tasks of row groups, local paths or ``s3://`` objects alike."""
+    Parquet reader in tasks of row groups, local paths or ``s3://`` objects alike; and their
+    number of rows, from the files' footers (no pass over the rows)."""
     columns = dict.fromkeys(names, IDS)
     pieces: list[Piece] = []
     types = None
+    rows = 0
     for index, path in enumerate(paths):
         found, groups = parquet_groups(path, columns, where or str(path))
         types = types or found
+        rows += sum(n for n, _ in groups)
         pieces.extend(_row_groups(index, str(path), groups))
     assert types is not None, "no Parquet file to read"
     arrow = pa.schema([(name, pa.int64() if pa.types.is_integer(types.field(name).type)
@@ -135,7 +138,7 @@ def read_parquet_ids(spark: SparkSession, paths: list[Path | str], names: list[s
     return _task_frame(spark, _tasks(pieces, split)).mapInArrow(
         partial(read_parquet_pieces, pieces=pieces, columns=columns,
                 where=where or str(paths[0]), schema=arrow,
-                environment=task_environment(spark)), from_arrow_schema(arrow))
+                environment=task_environment(spark)), from_arrow_schema(arrow)), rows
 
 
 def check_files(spark: SparkSession, uri: str, manifest: str, files: dict[str, dict]) -> None:

@@ -35,6 +35,7 @@ from vaecf.data.spark.frames import (
     sorted_parts,
     with_rank,
 )
+from vaecf.data.spark.pieces import code_runs
 from vaecf.data.spark.raw import read_parquet_ids
 from vaecf.data.split import SplitConfig, heldout_counts, user_offsets, write_split_manifest
 from vaecf.data.split_files import part_entries
@@ -53,10 +54,11 @@ from vaecf.data.splits import (
 _TRAIN, _VAL, _TEST = (SPLITS.index(s) for s in SPLITS)
 
 
-def read_interactions(spark: SparkSession, paths: list[Path | str]) -> DataFrame:
+def read_interactions(spark: SparkSession, paths: list[Path | str]) -> tuple[DataFrame, int]:
     """``interactions.parquet``'s (user_id, item_id), read as pandas reads it (the bounded
     Parquet reader, in tasks of row groups; a path is a name, never a pattern): the file, or
-    its parts, local or ``s3://`` objects read in place by the tasks."""
+    its parts, local or ``s3://`` objects read in place by the tasks; and its rows (from the
+    footers)."""
     return read_parquet_ids(spark, paths, ["user_id", "item_id"])
 
 
@@ -86,28 +88,26 @@ def _parts(pairs: DataFrame, config: SplitConfig) -> DataFrame:
     return train.select(*columns).unionByName(heldout.select(*columns))
 
 
-def split(pairs: DataFrame, config: SplitConfig
+def split(read: tuple[DataFrame, int], config: SplitConfig
           ) -> tuple[DataFrame, DataFrame, DataFrame, dict[str, Any]]:
-    """Split positive (user_id, item_id) pairs (no duplicates), as the pandas engine does.
+    """Split positive (user_id, item_id) pairs (no duplicates; ``read``: the pairs and their
+    number), as the pandas engine does. The pairs are read once, by the shuffle that hashes
+    them by user (the number comes from the files' footers, not a pass).
 
     Returns:
       users (user_idx, user_id, split name), items (item_idx, item_id), pairs (user_idx,
       item_idx, split code, part code), and the counts the pandas engine records.
     """
-    read = pairs.persist()
+    frame, rows = read
+    pairs = hashed_by_user(frame, rows).persist()
+    # in the pairs' partitions: a cached table of Spark's 200 shuffle partitions costs
+    # every later pass 200 tasks (most of a 9.9M split's CPU, notes/i38speed.md)
+    per_user = pairs.groupBy("user_id").agg(F.count(F.lit(1)).alias("_n")).persist()
     try:
-        rows = read.count()
-        pairs = hashed_by_user(read, rows).persist()
-        # in the pairs' partitions: a cached table of Spark's 200 shuffle partitions costs
-        # every later pass 200 tasks (most of a 9.9M split's CPU, notes/i38speed.md)
-        per_user = pairs.groupBy("user_id").agg(F.count(F.lit(1)).alias("_n")).persist()
-        try:
-            return _split(pairs, per_user, rows, config)
-        finally:
-            pairs.unpersist()
-            per_user.unpersist()
+        return _split(pairs, per_user, rows, config)
     finally:
-        read.unpersist()
+        pairs.unpersist()
+        per_user.unpersist()
 
 
 def _split(pairs: DataFrame, per_user: DataFrame, n_pairs: int, config: SplitConfig
@@ -145,30 +145,39 @@ def _split(pairs: DataFrame, per_user: DataFrame, n_pairs: int, config: SplitCon
     return user_index, items.select("item_idx", "item_id"), placed, counts
 
 
+_BY_PART = ["part", "user_idx", "item_idx"]  # every matrix's pairs in one sort, in order
+
+
 def write(directory: Path, users: DataFrame, items: DataFrame, pairs: DataFrame,
           counts: dict[str, Any], remote: str | None = None, **manifest: Any) -> dict[str, Any]:
-    """The split's files from the Spark split: the pandas engine's files, each streamed in
-    its sorted order to the driver, which writes them in ``directory``; or, given ``remote``
-    (the output's S3 staging prefix), each table as sorted Parquet parts written there by the
-    tasks (``write_parts``), the driver writing the manifest alone."""
+    """The split's files from the Spark split: the pandas engine's files, the pairs of every
+    matrix streamed to the driver in one sort by (part, user_idx, item_idx), the driver
+    writing them in ``directory``; or, given ``remote`` (the output's S3 staging prefix),
+    each table as sorted Parquet parts written there by the tasks (``write_parts``), the
+    driver writing the manifest alone."""
     n_users = {name: 0 for name in SPLITS} | dict(users.groupBy("split").count().collect())
     n_items = items.count()
+    per_part: dict[int, int] = dict(pairs.groupBy("part").count().collect())
+    train_groups = row_group_rows(per_part.get(0, 0))
     if remote is not None:
         return write_parts(directory, remote, users, items, pairs, counts, n_users, n_items,
-                           **manifest)
+                           train_groups, **manifest)
     offsets = user_offsets(n_users)
     pair_counts: dict[str, int] = {}
     row_groups: list[list[int]] = []
+    runs = code_runs(sorted_batches(pairs.select(*_BY_PART), _BY_PART))
+    run = next(runs, None)
     for code, part in enumerate(matrix_names()):
         name = part.split("_")[0]
-        rows = pairs.where(F.col("part") == code).select("user_idx", "item_idx")
-        batches = sorted_batches(rows, ["user_idx", "item_idx"])
+        batches = run[1] if run is not None and run[0] == code else iter(())
         shape, offset = (n_users[name], n_items), offsets[name]
         if part == "train":  # in row groups a rank can read alone: its share
             pair_counts[part], row_groups = write_part(directory, part, batches, shape, offset,
-                                                       row_group_rows(rows.count()))
+                                                       train_groups)
         else:
             pair_counts[part], _ = write_part(directory, part, batches, shape, offset)
+        if run is not None and run[0] == code:
+            run = next(runs, None)
     _stream(directory / "user_index.parquet", users, "user_idx", _index_fields(users, "user"))
     _stream(directory / "item_index.parquet", items, "item_idx", _index_fields(items, "item"))
     extra = manifest.pop("extra") | {ROW_GROUPS: row_groups}
@@ -178,27 +187,25 @@ def write(directory: Path, users: DataFrame, items: DataFrame, pairs: DataFrame,
 
 def write_parts(directory: Path, remote: str, users: DataFrame, items: DataFrame,
                 pairs: DataFrame, counts: dict[str, Any], n_users: dict[str, int],
-                n_items: int, **manifest: Any) -> dict[str, Any]:
+                n_items: int, train_groups: int, **manifest: Any) -> dict[str, Any]:
     """Each matrix's pairs and each index as sorted Parquet parts ``<table>/part-<n>.parquet``
-    in ``remote``, written by the tasks (``sorted_parts``; training's in the row groups a rank
-    reads alone: its share); the driver receives one row per part and writes the manifest,
-    which lists them (``parts``) with their checksums. No NPZ: ``load_split`` builds the
-    matrices from the parts. The driver's memory does not grow with the pairs."""
-    pair_counts: dict[str, int] = {}
-    written: dict[str, dict[str, Any]] = {}
-    layout: dict[str, list[dict[str, Any]]] = {}
-    tables = [(part, pairs.where(F.col("part") == code).select("user_idx", "item_idx"),
-               ["user_idx", "item_idx"], PAIRS_SCHEMA)
-              for code, part in enumerate(matrix_names())]
-    tables += [(f"{kind}_index", frame, [f"{kind}_idx"], pa.schema(_index_fields(frame, kind)))
-               for kind, frame in (("user", users), ("item", items))]
-    for table, frame, order, schema in tables:
-        group_rows = row_group_rows(frame.count()) if table == "train" else STREAM_GROUP_ROWS
-        found = sorted_parts(frame, order, remote, table, schema, group_rows)
-        layout[f"{table}.parquet"] = part_entries(found)
-        written |= {name: {"sha256": e["sha256"], "bytes": e["bytes"]} for name, e in found.items()}
-        if table in matrix_names():
-            pair_counts[table] = sum(e["rows"] for e in found.values())
+    in ``remote``, written by the tasks (``sorted_parts``: the matrices in one sort by
+    (part, user_idx, item_idx); training's in row groups of ``train_groups`` rows, which a
+    rank reads alone: its share); the driver receives one row per part and writes the
+    manifest, which lists them (``parts``) with their checksums. No NPZ: ``load_split``
+    builds the matrices from the parts. The driver's memory does not grow with the pairs."""
+    tables = {part: train_groups if part == "train" else STREAM_GROUP_ROWS
+              for part in matrix_names()}
+    found = sorted_parts(pairs.select(*_BY_PART), _BY_PART, remote, tables, PAIRS_SCHEMA,
+                         by_code=True)
+    for kind, frame in (("user", users), ("item", items)):
+        found |= sorted_parts(frame, [f"{kind}_idx"], remote, {f"{kind}_index": STREAM_GROUP_ROWS},
+                              pa.schema(_index_fields(frame, kind)))
+    layout = {f"{table}.parquet": part_entries(parts) for table, parts in found.items()}
+    written = {name: {"sha256": e["sha256"], "bytes": e["bytes"]}
+               for parts in found.values() for name, e in parts.items()}
+    pair_counts = {table: sum(e["rows"] for e in found[table].values())
+                   for table in matrix_names()}
     extra = manifest.pop("extra") | {PART_FILES: layout}
     return write_split_manifest(directory, counts=counts, pairs=pair_counts, n_users=n_users,
                                 n_items=n_items, extra=extra, written=written, **manifest)
