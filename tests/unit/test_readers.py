@@ -61,7 +61,7 @@ def test_the_threaded_csv_parser_gets_arrow_memory_not_a_view_of_python_bytes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """pyarrow's threaded CSV reader may drop its input on one of Arrow's threads after
     ``read_csv`` returned; a view of Python bytes then takes the GIL there, which aborts a
-    process that is exiting (exit 134 after a finished stage, 1 run in 60 under load). Every
+    process that is exiting (exit 134 after a finished stage, 8 of 520 runs under load). Every
     piece it parses must be Arrow's own copy: a view of Python bytes is read-only."""
     import pyarrow as pa
 

@@ -14,7 +14,8 @@ import math
 import os
 import stat
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -157,19 +158,24 @@ INDEX = "index"  # contiguous indices: integers
 NUMBER = "number"  # integers or floats
 
 
-def _parquet_source(path: Path | str) -> Any:
-    """What pyarrow opens: a local path, or an ``s3://`` object read in place by ranged GETs
-    (a Spark engine's task reading its row groups).
+@contextmanager
+def _parquet_source(path: Path | str) -> Iterator[tuple[Any, bool]]:
+    """What pyarrow opens, closed after the block: a local path, or an ``s3://`` object read
+    in place by ranged GETs (a Spark engine's task reading its row groups); and whether
+    pyarrow may read it with its own threads.
 
-    pyarrow reads the object, a Python file, on the calling thread only (``use_threads``
-    off where it is read): Arrow's threads would take the GIL to read it, and one still
-    holding it when the interpreter exits aborts the process (exit 134 after the work is
-    done: 1 run in 5 of a two-column read under load; a local path reads natively).
+    The object, a Python file, is read on the calling thread only: Arrow's threads would take
+    the GIL to read it, and one still holding it when the interpreter exits aborts the process
+    (exit 134 after the work is done: 80 of 400 runs of a two-column read under load, a
+    scratch script); a local path reads natively, threads and all.
     """
     from vaecf.io import storage
 
-    return storage.open_source(path) if isinstance(path, str) and storage.is_s3(path) \
-        else Path(path)
+    if not (isinstance(path, str) and storage.is_s3(path)):
+        yield Path(path), True
+        return
+    with storage.open_source(path) as handle:
+        yield handle, False
 
 
 def read_parquet(path: Path | str, columns: Mapping[str, str], where: str | None = None, *,
@@ -190,9 +196,7 @@ def read_parquet(path: Path | str, columns: Mapping[str, str], where: str | None
 
     where = where or str(path)
     try:
-        source = _parquet_source(path)
-        threads = isinstance(source, Path)  # see _parquet_source
-        with pq.ParquetFile(source) as parquet:
+        with _parquet_source(path) as (source, threads), pq.ParquetFile(source) as parquet:
             _check_schema(parquet.schema_arrow, columns, where)
             found = [parquet.metadata.row_group(g).num_rows
                      for g in range(parquet.metadata.num_row_groups)]
@@ -226,12 +230,8 @@ def parquet_groups(path: Path | str, columns: Mapping[str, str], where: str | No
 
     where = where or str(path)
     try:
-        source = _parquet_source(path)
-        try:
+        with _parquet_source(path) as (source, _):
             metadata = pq.read_metadata(source)
-        finally:
-            if not isinstance(source, Path):
-                source.close()
         schema = metadata.schema.to_arrow_schema()
         _check_schema(schema, columns, where)
         groups = [metadata.row_group(g) for g in range(metadata.num_row_groups)]

@@ -166,7 +166,7 @@ def arrow_copy(data: memoryview) -> pa.Buffer:
     after ``read_csv`` has returned. A view of Python memory (``pa.py_buffer``) must then take
     the GIL on that thread, and if the interpreter is exiting by then, the thread is torn
     down inside a destructor: ``terminate called without an active exception``, exit 134,
-    after the stage has finished (1 run in 60 under load, seen in CI; apache/arrow#34314).
+    after the stage has finished (8 of 520 runs under load, and once in CI; apache/arrow#34314).
     Arrow's own memory is freed without Python.
     """
     sink = pa.BufferOutputStream()

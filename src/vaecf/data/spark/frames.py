@@ -118,7 +118,7 @@ def sorted_parts(frame: DataFrame, order: list[str], uri: str, tables: dict[str,
                 group_rows=list(tables.values()), by_code=by_code),
         from_arrow_schema(PARTS))
     found: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in names}
-    for row in sorted(written.collect(), key=lambda row: (row["name"], row["partition"])):
+    for row in sorted(written.collect(), key=lambda row: row["name"]):  # table, partition
         found[row["name"].rpartition("/")[0]][row["name"]] = {
             "sha256": row["sha256"], "bytes": int(row["bytes"]), "rows": int(row["rows"]),
             "row_groups": json.loads(row["row_groups"])}

@@ -88,18 +88,17 @@ def _parts(pairs: DataFrame, config: SplitConfig) -> DataFrame:
     return train.select(*columns).unionByName(heldout.select(*columns))
 
 
-def split(read: tuple[DataFrame, int], config: SplitConfig
+def split(read: DataFrame, rows: int, config: SplitConfig
           ) -> tuple[DataFrame, DataFrame, DataFrame, dict[str, Any]]:
-    """Split positive (user_id, item_id) pairs (no duplicates; ``read``: the pairs and their
-    number), as the pandas engine does. The pairs are read once, by the shuffle that hashes
-    them by user (the number comes from the files' footers, not a pass).
+    """Split positive (user_id, item_id) pairs (no duplicates; ``rows`` of them), as the
+    pandas engine does. The pairs are read once, by the shuffle that hashes them by user
+    (``rows`` comes from the files' footers, not a pass).
 
     Returns:
       users (user_idx, user_id, split name), items (item_idx, item_id), pairs (user_idx,
       item_idx, split code, part code), and the counts the pandas engine records.
     """
-    frame, rows = read
-    pairs = hashed_by_user(frame, rows).persist()
+    pairs = hashed_by_user(read, rows).persist()
     # in the pairs' partitions: a cached table of Spark's 200 shuffle partitions costs
     # every later pass 200 tasks (most of a 9.9M split's CPU, notes/i38speed.md)
     per_user = pairs.groupBy("user_id").agg(F.count(F.lit(1)).alias("_n")).persist()
