@@ -64,26 +64,3 @@ def test_netflix_movies_across_blocks_are_the_pandas_readers(tmp_path: Path) -> 
                                                                  block))
                      for line in part.splitlines()]
         assert found == expected, block
-
-
-def test_code_runs_cut_sorted_batches_into_one_run_per_code() -> None:
-    """One sort writes every matrix of a split: its batches, sorted by the table's code,
-    cut into runs wherever the code changes (inside a batch or between batches, empty
-    batches skipped); the code column is not part of a run; a run left unread is skipped."""
-    import pyarrow as pa
-
-    from vaecf.data.spark.pieces import code_runs
-
-    def batch(codes: list[int], start: int) -> pa.RecordBatch:
-        return pa.RecordBatch.from_pydict({"part": pa.array(codes, pa.int32()),
-                                           "user_idx": list(range(start, start + len(codes)))})
-
-    batches = [batch([0, 0, 0], 0), batch([], 3), batch([0, 2, 2], 3), batch([2], 6),
-               batch([3, 3, 4], 7), batch([], 10)]
-    found = {code: [b.to_pydict() for b in run] for code, run in code_runs(batches)}
-    assert found == {0: [{"user_idx": [0, 1, 2]}, {"user_idx": [3]}],
-                     2: [{"user_idx": [4, 5]}, {"user_idx": [6]}],
-                     3: [{"user_idx": [7, 8]}], 4: [{"user_idx": [9]}]}
-    codes = [code for code, _ in code_runs(batches)]  # no run read: each is skipped whole
-    assert codes == [0, 2, 3, 4]
-    assert list(code_runs([batch([], 0)])) == []

@@ -211,46 +211,58 @@ def split_codes(user_pos: np.ndarray, user_ids: np.ndarray, item_pos: np.ndarray
     item_idx = (pairs % n_items).astype(np.int32)
     del pairs
     split_of_idx = split_of_user[order]
-    part = _parts(user_idx, item_idx, split_of_idx, user_keys[order],
-                  item_ids, config)
-    for code, split in enumerate(SPLITS[1:], start=1):
-        with_holdout = len(np.unique(user_idx[part == 2 * code]))
-        counts[f"{split}_users_without_holdout"] = int(
-            (split_of_idx == code).sum() - with_holdout)
+    part = place_pairs(user_idx, item_idx, split_of_idx, user_keys[order],
+                       *item_order(config.seed, item_ids), config.holdout_fraction)
+    for split, count in zip(SPLITS[1:], without_holdout(user_idx, part, split_of_idx),
+                            strict=True):
+        counts[f"{split}_users_without_holdout"] = count
     pairs = pd.DataFrame({
         "user_idx": user_idx, "item_idx": item_idx,
         "part": pd.Categorical.from_codes(part, categories=matrix_names())}, copy=False)
     return SplitResult(users=users, item_ids=item_ids, pairs=pairs, counts=counts)
 
 
-def _parts(user_idx: np.ndarray, item_idx: np.ndarray, split: np.ndarray,
-           user_keys: np.ndarray, item_ids: np.ndarray, config: SplitConfig) -> np.ndarray:
+def item_order(seed: int, item_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n_items,) int64 key and (n_items,) int64 text rank of each item of the universe
+    (``item_ids``, distinct): the held-out items' order, (pair key, item id text)."""
+    return text_keys(seed, item_ids), _text_ranks(item_ids)
+
+
+def place_pairs(user_idx: np.ndarray, item_idx: np.ndarray, split: np.ndarray,
+                user_keys: np.ndarray, item_keys: np.ndarray, item_ranks: np.ndarray,
+                holdout_fraction: float) -> np.ndarray:
     """Part code per pair (index into ``matrix_names()``: train, val_fold_in, val_holdout,
     test_fold_in, test_holdout): each held-out user's items ordered by (pair key, item id
-    text), the first ``floor(holdout_fraction * n)`` the holdout.
+    text), the first ``floor(holdout_fraction * n)`` the holdout. Every engine's rule: the
+    pandas engine calls it on every user, the Spark engine's tasks on their users.
 
     Args:
-      user_idx: (n,) sorted; pairs in canonical (user_idx, item_idx) order.
-      item_idx: (n,) index into ``item_ids`` (the universe, sorted).
+      user_idx: (n,) sorted; pairs in (user_idx, item_idx) order; users numbered from 0.
+      item_idx: (n,) index into the universe.
       split: (n_users,) split code per user_idx.
       user_keys: (n_users,) int64 key per user_idx.
+      item_keys, item_ranks: (n_items,) the universe's ``item_order``.
     """
     part = np.zeros(len(user_idx), dtype=np.int8)  # train
     heldout = np.flatnonzero(split[user_idx] != 0)
-    users, item_pos = user_idx[heldout], item_idx[heldout]
-    # Only the items held-out users have are hashed (each once), and only their pairs keyed.
-    present, item_pos = np.unique(item_pos, return_inverse=True)
-    item_keys = text_keys(config.seed, item_ids[present])
-    keys = pair_keys(user_keys[users], item_keys[item_pos])
-    order = np.lexsort((_text_ranks(item_ids[present])[item_pos], keys, users))
+    users, items = user_idx[heldout], item_idx[heldout]
+    keys = pair_keys(user_keys[users], item_keys[items])
+    order = np.lexsort((item_ranks[items], keys, users))
     sizes = np.bincount(users, minlength=len(split))
     starts = np.cumsum(sizes) - sizes
     in_order = users[order]
     holdout = np.empty(len(order), dtype=bool)
     holdout[order] = (np.arange(len(order)) - starts[in_order]) < np.floor(
-        config.holdout_fraction * sizes[in_order])
+        holdout_fraction * sizes[in_order])
     part[heldout] = 2 * split[users] - 1 + holdout
     return part
+
+
+def without_holdout(user_idx: np.ndarray, part: np.ndarray, split: np.ndarray) -> list[int]:
+    """The val and the test users (``split``: code per user_idx) of whom no pair of
+    ``user_idx`` is in the holdout (``part``: ``place_pairs``')."""
+    return [int((split == code).sum() - len(np.unique(user_idx[part == 2 * code])))
+            for code in range(1, len(SPLITS))]
 
 
 def write_split(result: SplitResult, directory: Path, *, inputs: dict[str, Any],

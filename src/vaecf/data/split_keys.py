@@ -13,8 +13,8 @@ partitions) assign every user and every pair the same way:
   broken by the id's text.
 
 ``SPLIT_FUNCTION`` names this definition; the split's manifest records it. The Spark
-engine computes the same keys in Spark's own expressions (``vaecf.data.spark.frames``), with
-``GOLDEN``, ``MIX1`` and ``MIX2``.
+engine's tasks call these functions on their users; its driver ranks the users by the same
+key in Spark's own ``sha2`` (``vaecf.data.spark.frames.id_key``).
 """
 
 from __future__ import annotations

@@ -153,9 +153,8 @@ def _spark(source: Path | str, files: list[str], listed: dict[str, Any], staging
             paths: list[Path | str] = [f"{source}/{name}" for name in files]
         else:
             paths = [source / name for name in files]
-        users, items, pairs, counts = engine.split(*engine.read_interactions(spark, paths), config)
-        return engine.write(staging, users, items, pairs, counts, remote_staging(staging),
-                            **manifest)
+        return engine.split(*engine.read_interactions(spark, paths), config, staging,
+                            remote_staging(staging), **manifest)
 
 
 def _body(args: argparse.Namespace) -> None:

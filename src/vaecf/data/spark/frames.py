@@ -21,12 +21,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from vaecf.data.split_keys import GOLDEN, MIX1, MIX2
-
 _PART, _POS, _OFFSET = "_vaecf_part", "_vaecf_pos", "_vaecf_offset"
-# Rows of pairs per partition of a frame hashed by user. Spark's 200 shuffle partitions cost
-# each task its own hash maps and pages: at 9.9M positives a pass over 200 cached partitions
-# took several times the CPU of the same pass over 5 (notes/i38speed.md).
+# Rows of pairs per partition of a frame partitioned by user. Spark's 200 shuffle partitions
+# cost each task its own hash maps and pages: at 9.9M positives a pass over 200 cached
+# partitions took several times the CPU of the same pass over 5 (notes/i38speed.md); a task
+# of the split holds its partition's pairs in memory (``split_tasks``), ~100 bytes each.
 ROWS_PER_PARTITION = 2_000_000
 
 
@@ -34,13 +33,6 @@ def partitions(frame: DataFrame, rows: int) -> int:
     """Partitions for ``rows`` rows of pairs: about ``ROWS_PER_PARTITION`` each, at least one
     per core."""
     return max(frame.sparkSession.sparkContext.defaultParallelism, -(-rows // ROWS_PER_PARTITION))
-
-
-def hashed_by_user(frame: DataFrame, rows: int) -> DataFrame:
-    """``frame`` (``rows`` rows) hashed by ``user_id`` into ``partitions``: every per-user
-    aggregate, window and join on ``user_id`` then runs inside the partitions, with no
-    shuffle of the pairs."""
-    return frame.repartition(partitions(frame, rows), "user_id")
 
 
 def with_rank(frame: DataFrame, order: list[str | Column], name: str) -> DataFrame:
@@ -93,36 +85,34 @@ def sorted_batches(frame: DataFrame, order: list[str]) -> Iterator[pa.RecordBatc
         yield from pa.ipc.open_stream(row["ipc"])
 
 
-def sorted_parts(frame: DataFrame, order: list[str], uri: str, tables: dict[str, int],
-                 schema: pa.Schema, by_code: bool = False) -> dict[str, dict[str, dict[str, Any]]]:
+def sorted_parts(frame: DataFrame, order: list[str], uri: str, table: str, group_rows: int,
+                 schema: pa.Schema) -> dict[str, dict[str, Any]]:
     """The rows of ``frame`` sorted by ``order``, written by the tasks as Parquet parts
     ``<uri>/<table>/part-<partition>.parquet`` (``pieces.write_parts``, in row groups of
-    ``tables[table]`` rows): each range partition of the sort is one part of each table it
-    holds, so a table's parts, in name order, hold its rows in ``order``. One table, or with
-    ``by_code`` several in one sort: ``order``'s first column, the first of ``frame``, is
-    then each row's table (its index in ``tables``), and is not written.
+    ``group_rows`` rows): each range partition of the sort is one part, so the parts, in
+    name order, hold the rows in ``order``.
 
     Returns:
-      ``{table: {part name: {"sha256", "bytes", "rows", "row_groups"}}}``, parts in order:
-      what the driver receives (one row per part), never the rows; ``row_groups``: ``[first
-      value, rows]`` of each row group of the part, the value of the first column written
-      (the sort's first key after the table's).
+      ``{part name: {"sha256", "bytes", "rows", "row_groups"}}``, parts in order: what the
+      driver receives (one row per part), never the rows; ``row_groups``: ``[first value,
+      rows]`` of each row group of the part, the value of the first column written.
     """
     from vaecf.data.spark.pieces import PARTS, write_parts
     from vaecf.data.spark.raw import task_environment
 
-    names = list(tables)
     written = frame.orderBy(*order).mapInArrow(
-        partial(write_parts, uri=uri, names=names, schema=schema,
-                environment=task_environment(frame.sparkSession),
-                group_rows=list(tables.values()), by_code=by_code),
+        partial(write_parts, uri=uri, name=table, schema=schema,
+                environment=task_environment(frame.sparkSession), group_rows=group_rows),
         from_arrow_schema(PARTS))
-    found: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in names}
-    for row in sorted(written.collect(), key=lambda row: row["name"]):  # table, partition
-        found[row["name"].rpartition("/")[0]][row["name"]] = {
-            "sha256": row["sha256"], "bytes": int(row["bytes"]), "rows": int(row["rows"]),
-            "row_groups": json.loads(row["row_groups"])}
-    return found
+    return parts_found(written.collect())
+
+
+def parts_found(rows: list[Any]) -> dict[str, dict[str, Any]]:
+    """``{part name: {"sha256", "bytes", "rows", "row_groups"}}`` of the ``PARTS`` rows the
+    tasks returned, in name order."""
+    return {row["name"]: {"sha256": row["sha256"], "bytes": int(row["bytes"]),
+                          "rows": int(row["rows"]), "row_groups": json.loads(row["row_groups"])}
+            for row in sorted(rows, key=lambda row: row["name"])}
 
 
 def id_key(seed: int, column: str) -> Column:
@@ -130,53 +120,6 @@ def id_key(seed: int, column: str) -> Column:
     16 hex digits of ``sha2`` over ``"<seed>\\x1f<id text>"``, read as a signed long."""
     text = F.concat(F.lit(f"{int(seed)}\x1f"), F.col(column).cast("string"))
     return F.conv(F.substring(F.sha2(text, 256), 1, 16), 16, -10).cast("long")
-
-
-def pair_key(frame: DataFrame, user_key: str, item_key: str, name: str) -> DataFrame:
-    """``frame`` with a column ``name``: each pair's key (``split_keys.pair_keys``) in
-    Spark's own expressions.
-
-    SplitMix64's wrapping 64-bit products are built from 16-bit pieces (``_times``), which
-    no ANSI overflow check refuses; each step is a column of its own, so that an expression
-    never holds its input more than a few times over.
-    """
-    x = F.col("_vaecf_x")
-    steps = [F.col(user_key).bitwiseXOR(_times(F.col(item_key), _GOLDEN)),
-             x.bitwiseXOR(F.shiftrightunsigned(x, 30)), _times(x, _MIX1),
-             x.bitwiseXOR(F.shiftrightunsigned(x, 27)), _times(x, _MIX2),
-             x.bitwiseXOR(F.shiftrightunsigned(x, 31))]
-    for step in steps:
-        frame = frame.withColumn("_vaecf_x", step)
-    return frame.withColumnRenamed("_vaecf_x", name)
-
-
-_GOLDEN, _MIX1, _MIX2 = (int(c) for c in (GOLDEN, MIX1, MIX2))
-_LOW16, _LOW32 = 0xFFFF, 0xFFFFFFFF
-
-
-def _times(x: Column, constant: int) -> Column:
-    """``x * constant`` modulo 2**64, as a signed long, without a product beyond 2**34.
-
-    With x = xh 2**32 + xl and c = ch 2**32 + cl (unsigned halves), the product's low word is
-    that of xl cl, and its high word that of xl cl's carry + xh cl + xl ch; xl cl is summed
-    from 16-bit pieces, the other two taken modulo 2**32 (``_times_low``).
-    """
-    low, high = x.bitwiseAND(_LOW32), F.shiftrightunsigned(x, 32)
-    c_low, c_high = constant & _LOW32, constant >> 32
-    a0, a1 = low.bitwiseAND(_LOW16), F.shiftright(low, 16)
-    b0, b1 = c_low & _LOW16, c_low >> 16
-    middle = a1 * b0 + a0 * b1
-    bottom = a0 * b0 + F.shiftleft(middle.bitwiseAND(_LOW16), 16)
-    top = (a1 * b1 + F.shiftright(middle, 16) + F.shiftright(bottom, 32)
-           + _times_low(high, c_low) + _times_low(low, c_high))
-    return F.shiftleft(top.bitwiseAND(_LOW32), 32).bitwiseOR(bottom.bitwiseAND(_LOW32))
-
-
-def _times_low(x: Column, constant: int) -> Column:
-    """``x * constant`` modulo 2**32 (plus a multiple of 2**32 below 2**34), x < 2**32."""
-    x0, x1 = x.bitwiseAND(_LOW16), F.shiftright(x, 16)
-    c0, c1 = constant & _LOW16, constant >> 16
-    return x0 * c0 + F.shiftleft((x1 * c0 + x0 * c1).bitwiseAND(_LOW16), 16)
 
 
 def arrow_type(frame: DataFrame, column: str) -> pa.DataType:

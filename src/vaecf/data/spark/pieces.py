@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -296,39 +297,34 @@ PARTS = pa.schema([("partition", pa.int32()), ("name", pa.string()), ("sha256", 
                    ("bytes", pa.int64()), ("rows", pa.int64()), ("row_groups", pa.string())])
 
 
-def write_parts(batches: Iterable[pa.RecordBatch], uri: str, names: list[str],
-                schema: pa.Schema, environment: dict[str, str], group_rows: list[int],
-                by_code: bool = False) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow``'s function: the task's rows, in their order, written as Parquet parts
-    ``<uri>/<name>/part-<partition>.parquet`` (``save_parquet_batches``, the pandas engine's
-    options, row groups of the table's ``group_rows`` rows) through a file of the executor's
-    own temporary folder, uploaded by the task. ``by_code``: the rows' first column is the
-    index of their table in ``names`` (the rows sorted by it; the column is not written), so
-    one sorted pass writes several tables; else every row is ``names[0]``'s.
+def write_parts(batches: Iterable[pa.RecordBatch], uri: str, name: str,
+                schema: pa.Schema, environment: dict[str, str],
+                group_rows: int) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``'s function: the task's rows, in their order, written as the Parquet
+    part ``<uri>/<name>/part-<partition>.parquet`` (``store_part``).
 
-    Yields (partition, part name, SHA-256, bytes, rows, row groups) of each part written
-    (none for no rows). ``row_groups``: JSON ``[[first value of the first column, rows],
-    ...]`` of each row group (a split's manifest lists them, so that a reader picks the
-    groups that hold its users without opening a footer). A retried task writes the same
-    parts again under the same names."""
+    Yields (partition, part name, SHA-256, bytes, rows, row groups) of the part written
+    (none for no rows). A retried task writes the same part again under the same name."""
     from pyspark import TaskContext
 
     with_store(environment)
     context = TaskContext.get()
     partition = context.partitionId() if context is not None else 0
-    runs = code_runs(batches) if by_code else iter([(0, iter(batches))])
-    for code, run in runs:
-        found = _write_part(run, uri, f"{names[code]}/part-{partition:05d}.parquet", schema,
-                            group_rows[code])
-        if found is not None:
-            yield pa.RecordBatch.from_arrays([pa.array([partition], pa.int32()),
-                                              *[pa.array([v]) for v in found]], schema=PARTS)
+    found = store_part(batches, uri, f"{name}/part-{partition:05d}.parquet", schema, group_rows)
+    if found is not None:
+        yield pa.RecordBatch.from_arrays([pa.array([partition], pa.int32()),
+                                          *[pa.array([v]) for v in found]], schema=PARTS)
 
 
-def _write_part(batches: Iterable[pa.RecordBatch], uri: str, part: str, schema: pa.Schema,
-                group_rows: int) -> tuple[str, str, int, int, str] | None:
-    """``batches`` written as the part ``<uri>/<part>``: (part, SHA-256, bytes, rows, row
-    groups), or None for no rows."""
+def store_part(batches: Iterable[pa.RecordBatch], uri: str, part: str, schema: pa.Schema,
+               group_rows: int) -> tuple[str, str, int, int, str] | None:
+    """``batches`` written as the part ``<uri>/<part>`` (``save_parquet_batches``, the
+    pandas engine's options, row groups of ``group_rows`` rows) through a file of the
+    executor's own temporary folder, uploaded to an ``s3://`` ``uri`` or moved into a local
+    one: (part, SHA-256, bytes, rows, row groups), or None for no rows. ``row_groups``: JSON
+    ``[[first value of the first column, rows], ...]`` of each row group (a split's manifest
+    lists them, so that a reader picks the groups that hold its users without opening a
+    footer)."""
     with tempfile.TemporaryDirectory(prefix="vaecf-part-") as folder:
         path = Path(folder) / "part.parquet"
         rows, firsts = 0, []
@@ -342,40 +338,9 @@ def _write_part(batches: Iterable[pa.RecordBatch], uri: str, part: str, schema: 
         groups = [[first, min(group_rows, rows - k * group_rows)]
                   for k, first in enumerate(firsts)]
         digest, size = sha256_file(path), path.stat().st_size
-        storage.upload_file(path, f"{uri.rstrip('/')}/{part}")
+        if storage.is_s3(uri):
+            storage.upload_file(path, f"{uri.rstrip('/')}/{part}")
+        else:
+            (Path(uri) / part).parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(path, Path(uri) / part)
     return part, digest, size, rows, json.dumps(groups)
-
-
-def code_runs(batches: Iterable[pa.RecordBatch]
-              ) -> Iterator[tuple[int, Iterator[pa.RecordBatch]]]:
-    """``batches`` sorted by their first column (an integer code) as runs of one code:
-    ``(code, its rows' batches without that column)``, each run read to its end before the
-    next is given (what the caller leaves of a run is skipped)."""
-    source = iter(batches)
-    pending: pa.RecordBatch | None = None
-
-    def rest() -> pa.RecordBatch | None:
-        nonlocal pending
-        while pending is None or pending.num_rows == 0:
-            pending = next(source, None)
-            if pending is None:
-                return None
-        return pending
-
-    def run(code: int) -> Iterator[pa.RecordBatch]:
-        nonlocal pending
-        while (batch := rest()) is not None:
-            codes = batch.column(0).to_numpy()
-            if int(codes[0]) != code:
-                return
-            end = int(np.searchsorted(codes, code, side="right"))
-            pending = batch.slice(end)
-            yield pa.RecordBatch.from_arrays(batch.columns[1:], names=batch.schema.names[1:]
-                                             ).slice(0, end)
-
-    while (batch := rest()) is not None:
-        code = int(batch.column(0)[0].as_py())
-        rows = run(code)
-        yield code, rows
-        for _ in rows:  # what the caller left of the run
-            pass

@@ -172,8 +172,8 @@ def write_interactions(path: Path, pairs: DataFrame, remote: str | None = None
     schema = pa.schema([("user_id", arrow_type(pairs, "user_id")),
                         ("item_id", arrow_type(pairs, "item_id"))])
     if remote is not None:
-        return sorted_parts(pairs, ["user_id", "item_id"], remote,
-                            {INTERACTIONS_PARTS: STREAM_GROUP_ROWS}, schema)[INTERACTIONS_PARTS]
+        return sorted_parts(pairs, ["user_id", "item_id"], remote, INTERACTIONS_PARTS,
+                            STREAM_GROUP_ROWS, schema)
     for _ in save_parquet_batches(path, schema, sorted_batches(pairs, ["user_id", "item_id"])):
         pass
     return {}
