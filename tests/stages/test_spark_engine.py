@@ -391,6 +391,31 @@ def assert_same_loaded(a: Split, b: Split) -> None:
 assert_split_failed = partial(stage_checks.assert_failed, "split")
 
 
+def test_a_heldout_user_kept_by_an_item_of_another_partition(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A task places only its own range of users: a held-out user whose items no training
+    user of its partition has is kept if a training user of another partition has one
+    (the driver checks such users against the universe), and dropped if none has."""
+    ids = np.arange(1, 201)
+    n_val, n_test = heldout_counts(len(ids), SplitConfig())
+    order = np.argsort(text_keys(5, ids))  # no tie among 200 keys
+    heldout, train = np.sort(ids[order[:n_val + n_test]]), ids[order[n_val + n_test:]]
+    kept, lost, far = heldout[0], heldout[1], train.max()
+    assert kept < 60 and lost < 60 and far > 140  # the first and the last of two partitions
+    rows = [(u, i) for u in ids if u not in (kept, lost) for i in range(1 + u % 7, 8 + u % 7)]
+    rows += [(kept, 1000), (kept, 1001), (far, 1000), (lost, 2000)]
+    source = interactions(tmp_path / "in", pd.DataFrame(rows, columns=["user_id", "item_id"]))
+    for engine in ("spark", "pandas"):
+        code, _, err = cli("split", "--input", source, "--output", tmp_path / engine,
+                           "--seed", 5, "--engine", engine)
+        assert code == 0, err
+    assert_same_split(tmp_path / "spark", tmp_path / "pandas")
+    users = pq.read_table(tmp_path / "spark" / "user_index.parquet").column("user_id").to_pylist()
+    assert kept in users and lost not in users
+    counts = read_manifest(tmp_path / "spark", "dataset")["counts"]
+    assert counts["heldout_users_without_items"] == 1
+    assert counts["pairs_outside_item_universe"] == 2  # 1001 and 2000
+
+
 def test_spark_split_refuses_too_few_users_as_pandas_does(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     source = interactions(tmp_path / "in", _pairs(False), dataset="ml-20m")
     assert_split_failed(cli("split", "--input", source, "--output", tmp_path / "out",

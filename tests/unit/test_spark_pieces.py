@@ -64,3 +64,32 @@ def test_netflix_movies_across_blocks_are_the_pandas_readers(tmp_path: Path) -> 
                                                                  block))
                      for line in part.splitlines()]
         assert found == expected, block
+
+
+def test_a_task_places_a_user_whose_key_ties_a_bound_by_its_id_text() -> None:
+    """Users are ordered by (key, id text): a user whose key equals a bound's is before it
+    only if its id's text is (keys of 64 bits never tie in a test's data, so the tie is
+    forged here)."""
+    from vaecf.data.spark.split_tasks import Bounds, user_splits
+    from vaecf.data.split_keys import text_keys
+
+    ids = np.array([3, 12, 7])
+    keys = text_keys(1, ids)
+    tie = int(keys[1])
+    low, high = (int(keys.min()) - 1, ""), (int(keys.max()) + 1, "")
+    train, val, test = range(3)
+
+    def before(key: int, text: str, bound: tuple[int, str]) -> bool:
+        return key < bound[0] or (key == bound[0] and text < bound[1])
+
+    for bounds, split in [(Bounds(test=low, train=(tie, "13")), test),  # "12" < "13"
+                          (Bounds(test=low, train=(tie, "12")), train),  # itself: not before
+                          (Bounds(test=(tie, "120"), train=high), val),  # a prefix first
+                          (Bounds(test=(tie, "2"), train=high), val),  # text, not numbers
+                          (Bounds(test=(tie, "1"), train=high), test)]:
+        codes, found = user_splits(1, ids, bounds)
+        assert found.tolist() == keys.tolist()
+        assert codes[1] == split, bounds
+        assert codes.tolist() == [val if before(int(k), str(i), bounds.test) else
+                                  test if before(int(k), str(i), bounds.train) else train
+                                  for k, i in zip(keys, ids, strict=True)]
