@@ -1,10 +1,8 @@
-"""DataFrame helpers of the Spark engine: global ranks, sorted streams to the driver or
-sorted parts written by the tasks, keys.
+"""DataFrame helpers of the Spark engine: sorted streams to the driver or sorted parts
+written by the tasks, partition sizes, keys.
 
-Nothing here gathers a whole DataFrame on one node: a global rank numbers each range
-partition of a sort and adds the partition's offset (a single-partition window would move
-every row to one task), and a sorted stream reaches the driver one partition at a time as
-Arrow IPC batches.
+Nothing here gathers a whole DataFrame on one node: a sorted stream reaches the driver one
+partition at a time as Arrow IPC batches, and sorted parts are written by the tasks.
 """
 
 from __future__ import annotations
@@ -14,14 +12,11 @@ from collections.abc import Iterable, Iterator
 from functools import partial
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
-_PART, _POS, _OFFSET = "_vaecf_part", "_vaecf_pos", "_vaecf_offset"
 # Rows of pairs per partition of a frame partitioned by user. Spark's 200 shuffle partitions
 # cost each task its own hash maps and pages: at 9.9M positives a pass over 200 cached
 # partitions took several times the CPU of the same pass over 5 (notes/i38speed.md); a task
@@ -33,37 +28,6 @@ def partitions(frame: DataFrame, rows: int) -> int:
     """Partitions for ``rows`` rows of pairs: about ``ROWS_PER_PARTITION`` each, at least one
     per core."""
     return max(frame.sparkSession.sparkContext.defaultParallelism, -(-rows // ROWS_PER_PARTITION))
-
-
-def with_rank(frame: DataFrame, order: list[str | Column], name: str) -> DataFrame:
-    """``frame`` with a column ``name``: each row's 0-based position in ``order`` (long).
-
-    The sort's range partitions are numbered inside (in order, as they arrive), their sizes
-    collected (one row per partition) and each partition's offset added. The numbered rows
-    are checkpointed (on the executors, freed with the DataFrame): the sizes and the result
-    must come from the same partitioning.
-    """
-    ordered = frame.orderBy(*order).withColumn(_PART, F.spark_partition_id())
-    schema = T.StructType([*ordered.schema.fields, T.StructField(_POS, T.LongType(), False)])
-
-    def number(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
-        position = 0
-        for batch in batches:
-            positions = np.arange(position, position + batch.num_rows, dtype=np.int64)
-            position += batch.num_rows
-            yield pa.RecordBatch.from_arrays([*batch.columns, pa.array(positions)],
-                                             schema=batch.schema.append(pa.field(_POS,
-                                                                                 pa.int64())))
-
-    numbered = ordered.mapInArrow(number, schema).localCheckpoint()
-    sizes = sorted(tuple(row) for row in numbered.groupBy(_PART).count().collect())
-    offsets = np.concatenate([[0], np.cumsum([size for _, size in sizes])[:-1]]).tolist()
-    table = frame.sparkSession.createDataFrame(
-        [(part, int(offset)) for (part, _), offset in zip(sizes, offsets, strict=True)],
-        T.StructType([T.StructField(_PART, T.IntegerType()),
-                      T.StructField(_OFFSET, T.LongType())]))
-    return numbered.join(F.broadcast(table), _PART).select(
-        *frame.columns, (F.col(_POS) + F.col(_OFFSET)).alias(name))
 
 
 def sorted_batches(frame: DataFrame, order: list[str]) -> Iterator[pa.RecordBatch]:

@@ -5,9 +5,10 @@ whole users, in user id order from one partition to the next, and places them wi
 engine's own code (``split_tasks``). Between the tasks' two passes the driver gathers only
 what no task can know alone, never a pair:
 
-- the users' keys (``frames.id_key``, Spark's own ``sha2``) ranked once (``with_rank``, over
-  the users, not the pairs), of which it keeps two: the first test user and the first
-  training user (``Bounds``); every task classifies its users against them;
+- the users' keys (``frames.id_key``, Spark's own ``sha2``, over the distinct users, not the
+  pairs), of which it keeps two: the first test user and the first training user
+  (``Bounds``), found by counting the users of each key bucket and ordering the users of
+  two buckets; every task classifies its users against them;
 - the item universe (the items of training users, one row per item): it is held by the
   driver and broadcast to the tasks, so its size is the catalogue's, not the input's;
 - how many users of each split each partition keeps (a few numbers per partition), from
@@ -35,7 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from vaecf.data.spark.frames import arrow_type, id_key, partitions, parts_found, with_rank
+from vaecf.data.spark.frames import arrow_type, id_key, partitions, parts_found
 from vaecf.data.spark.pieces import PARTS
 from vaecf.data.spark.raw import read_parquet_ids, task_environment
 from vaecf.data.spark.split_tasks import (
@@ -95,18 +96,44 @@ def split(read: DataFrame, rows: int, config: SplitConfig, directory: Path,
         pairs.unpersist()
 
 
+# The users' keys are SHA-256 bits, uniform whatever the ids: their top bits cut them into
+# 2**16 buckets of about n_users / 65,536 users each, in key order.
+_BUCKET_BITS = 16
+
+
 def _bounds(pairs: DataFrame, config: SplitConfig) -> tuple[Bounds, int]:
-    """The users' ``Bounds`` and their number: the distinct users (in the pairs' partitions,
-    no shuffle) ranked by (key, id text)."""
+    """The users' ``Bounds`` and their number, from the distinct users (in the pairs'
+    partitions, no shuffle of the pairs): the users of each key bucket counted (one row
+    per bucket to the driver), then only the users of the two buckets holding the bounds'
+    ranks fetched and ordered by (key, id text)."""
     text = F.col("user_id").cast("string")
     keyed = pairs.select("user_id").distinct().select(
-        id_key(config.seed, "user_id").alias("user_key"), text.alias("text"))
-    ranked = with_rank(keyed, ["user_key", "text"], "rank")
-    n_users = ranked.count()
+        id_key(config.seed, "user_id").alias("key"), text.alias("text")).persist()
+    try:
+        return _bounds_of(keyed, config)
+    finally:
+        keyed.unpersist()
+
+
+def _bounds_of(keyed: DataFrame, config: SplitConfig) -> tuple[Bounds, int]:
+    bucket = F.shiftright("key", 64 - _BUCKET_BITS)  # arithmetic: in key order
+    sizes = sorted((int(row[0]), int(row[1]))
+                   for row in keyed.groupBy(bucket.alias("bucket")).count().collect())
+    n_users = sum(n for _, n in sizes)
     n_val, n_test = heldout_counts(n_users, config)
-    found = {row["rank"]: (int(row["user_key"]), row["text"]) for row in
-             ranked.where(F.col("rank").isin(n_val, n_val + n_test)).collect()}
-    return Bounds(test=found[n_val], train=found[n_val + n_test]), n_users
+    starts = np.cumsum([0] + [n for _, n in sizes])
+    wanted = []  # (bucket, position in it) of the first test user and the first train user
+    for rank in (n_val, n_val + n_test):
+        at = int(np.searchsorted(starts, rank, side="right")) - 1
+        wanted.append((sizes[at][0], rank - int(starts[at])))
+    held: dict[int, list[tuple[int, str]]] = {}
+    for row in keyed.where(bucket.isin([b for b, _ in wanted])).select(
+            bucket.alias("bucket"), "key", "text").collect():
+        held.setdefault(int(row[0]), []).append((int(row[1]), row[2]))
+    for users in held.values():
+        users.sort()  # (key, id text): Python orders text by code point, as Spark does
+    test, train = (held[b][position] for b, position in wanted)
+    return Bounds(test=test, train=train), n_users
 
 
 def _split(pairs: DataFrame, n_pairs: int, config: SplitConfig, directory: Path,
