@@ -81,7 +81,7 @@ def listed(directory: Path, manifest: dict[str, Any], name: str) -> Path:
 
 def part_entries(written: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The manifest's listing of a table's parts (``parts``), from what the tasks reported
-    (``sorted_parts``: ``{name: {"rows", "row_groups", ...}}``, in order)."""
+    (``frames.parts_found``: ``{name: {"rows", "row_groups", ...}}``, in order)."""
     return [{"name": name, "rows": entry["rows"], "first": entry["row_groups"][0][0],
              "row_groups": entry["row_groups"]} for name, entry in written.items()]
 

@@ -180,8 +180,8 @@ def _spark(dataset: Dataset, source: Path | str, names: list[str], extracted: Pa
                                 remote_scratch(output.parent))
         raw = read_frame(spark, dataset.reader, files, names, str(source), table)
         log.info(f"{dataset.name}: parsed {len(files)} file(s) on Spark")
-        pairs, counts = engine.preprocess(raw, filters, files_read(f.label for f in files))
-        written = engine.write_interactions(output, pairs, remote_staging(output.parent))
+        counts, written = engine.preprocess(raw, filters, files_read(f.label for f in files),
+                                            output, remote_staging(output.parent))
     return [f.label for f in files], counts, written
 
 

@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
@@ -297,23 +297,22 @@ PARTS = pa.schema([("partition", pa.int32()), ("name", pa.string()), ("sha256", 
                    ("bytes", pa.int64()), ("rows", pa.int64()), ("row_groups", pa.string())])
 
 
-def write_parts(batches: Iterable[pa.RecordBatch], uri: str, name: str,
-                schema: pa.Schema, environment: dict[str, str],
-                group_rows: int) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow``'s function: the task's rows, in their order, written as the Parquet
-    part ``<uri>/<name>/part-<partition>.parquet`` (``store_part``).
-
-    Yields (partition, part name, SHA-256, bytes, rows, row groups) of the part written
-    (none for no rows). A retried task writes the same part again under the same name."""
+def partition_id() -> int:
+    """The partition a task computes (0 outside Spark)."""
     from pyspark import TaskContext
 
-    with_store(environment)
     context = TaskContext.get()
-    partition = context.partitionId() if context is not None else 0
-    found = store_part(batches, uri, f"{name}/part-{partition:05d}.parquet", schema, group_rows)
-    if found is not None:
-        yield pa.RecordBatch.from_arrays([pa.array([partition], pa.int32()),
-                                          *[pa.array([v]) for v in found]], schema=PARTS)
+    return context.partitionId() if context is not None else 0
+
+
+def task_batch(schema: pa.Schema, **columns: Any) -> pa.RecordBatch:
+    """A batch of ``schema`` from ``columns`` (arrays, or one value repeated over the
+    arrays' length); the columns not given are null."""
+    count = max((len(v) for v in columns.values() if not np.isscalar(v)), default=1)
+    return pa.RecordBatch.from_arrays(
+        [pa.nulls(count, f.type) if f.name not in columns else
+         pa.array(np.full(count, columns[f.name]) if np.isscalar(columns[f.name])
+                  else columns[f.name], f.type) for f in schema], schema=schema)
 
 
 def store_part(batches: Iterable[pa.RecordBatch], uri: str, part: str, schema: pa.Schema,

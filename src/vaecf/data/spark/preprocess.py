@@ -1,40 +1,41 @@
-"""``vaecf preprocess --engine spark``: the pandas engine's steps on Spark DataFrames.
+"""``vaecf preprocess --engine spark``: the pandas engine's steps on Spark.
 
 The raw rows come from ``vaecf.data.spark.raw`` (every layout the pandas engine reads, with
 its checks and its lines for bad input). Then the same steps, counted the same way:
 ``raw`` -> ``implicit`` -> ``dedup`` -> ``item_filter`` -> ``user_filter`` (-> ``k_core``).
 
-Every count and every filter comes from per-id counts (one row per user, one per item: hash
-aggregates, no sort), and the pairs are deduplicated once, hashed by user: the per-user
-counts and the user filter then run in that partitioning, with no further shuffle of the
-pairs, and the item filter joins the small per-item table broadcast. Measured at 9.9M
-positives (notes/i38speed.md): windows over users and items (two sorts of every pair), a
-checkpoint per step and three distinct counts per step took most of the stage's CPU.
+The raw and implicit counts come from per-user and per-item aggregates of the parse (hash
+aggregates, no sort). The positives are then range-partitioned by user id once and kept, and
+the tasks do the rest on whole users with numpy (``preprocess_tasks``): a survey pass
+(deduplication, each item's users, the id-length check), then a pass per round of the
+filters, the last one writing the task's sorted pairs as a part. Between passes the driver
+gathers only counts and the items the item filter keeps (one row per item, not per pair).
 """
 
 from __future__ import annotations
 
+import json
+import shutil
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from pyspark.sql.pandas.types import from_arrow_schema
 
-from vaecf.data.preprocess import INTERACTIONS_PARTS, FilterConfig
-from vaecf.data.spark.frames import arrow_type, partitions, sorted_batches, sorted_parts
-from vaecf.data.spark.raw import RawFrame
-from vaecf.data.splits import STREAM_GROUP_ROWS, save_parquet_batches
+from vaecf.data.preprocess import FilterConfig
+from vaecf.data.spark.frames import arrow_type, partitions
+from vaecf.data.spark.preprocess_tasks import COUNTS, ITEM, LONG_ID, PART, round_schema, rounds
+from vaecf.data.spark.raw import RawFrame, task_environment
+from vaecf.data.splits import save_parquet_batches
 from vaecf.errors import VaecfError
-from vaecf.io.readers import MAX_ID_BYTES, id_too_long
+from vaecf.io.readers import IDS, id_too_long, read_parquet
 
 _N = "_n"
 _IDS = ("user_id", "item_id")
-
-
-def _per_id(pairs: DataFrame, column: str) -> DataFrame:
-    """(``column``, ``_n``): the rows of ``pairs`` of each id (a hash aggregate)."""
-    return pairs.groupBy(column).agg(F.count(F.lit(1)).alias(_N))
 
 
 def _totals(frame: DataFrame, *columns: Column) -> list[int]:
@@ -57,65 +58,6 @@ def _raw_counts(rows: DataFrame, positive: Column) -> dict[str, dict[str, int]]:
             "implicit": {"rows": positives, "users": positive_users, "items": positive_items}}
 
 
-def _longest(ids: DataFrame, column: str) -> int:
-    """The most bytes of an id of ``ids`` as text (0 for integers: at most 20 digits)."""
-    if not isinstance(ids.schema[column].dataType, T.StringType):
-        return 0
-    return _totals(ids, F.max(F.octet_length(column)))[0]
-
-
-def _check_ids(pairs: DataFrame, users: DataFrame, items: DataFrame, source: str) -> None:
-    """The pandas engine's id limit (``vaecf.io.readers.check_ids``), on each distinct id
-    once (``users``, ``items``: the per-id tables of ``pairs``)."""
-    for column, ids in zip(_IDS, (users, items), strict=True):
-        if _longest(ids, column) > MAX_ID_BYTES:
-            text = F.col(column).cast("string")
-            row = pairs.where(F.octet_length(text) > MAX_ID_BYTES).select(text.alias("id")).first()
-            assert row is not None
-            raise id_too_long(source, column, row["id"], len(row["id"].encode()))
-
-
-def _step(users: DataFrame, items: DataFrame) -> dict[str, int]:
-    """``{"rows", "users", "items"}`` of pairs, from their per-user and per-item tables."""
-    n_rows, n_users = _totals(users, F.sum(_N), F.count(F.lit(1)))
-    return {"rows": n_rows, "users": n_users, "items": _totals(items, F.count(F.lit(1)))[0]}
-
-
-def _filter(pairs: DataFrame, items: DataFrame, rows: int, parts: int, config: FilterConfig,
-            counts: dict[str, Any]) -> tuple[DataFrame, dict[str, int]]:
-    """Items first, then users; repeated until stable with ``k_core`` (as the pandas engine).
-    ``pairs``: hashed by user into ``parts`` partitions, persisted; ``items``: its per-item
-    table; ``rows``: its rows.
-    Returns the pairs kept and their counts."""
-    rounds = 0
-    while True:
-        rounds += 1
-        before, previous = rows, pairs
-        if config.min_item_users > 0:
-            items = items.where(F.col(_N) >= config.min_item_users)
-            pairs = pairs.join(F.broadcast(items.select("item_id")), "item_id", "left_semi")
-        users = _per_id(pairs, "user_id").persist()
-        if rounds == 1:
-            counts["item_filter"] = _step(users, items)
-        users = users.where(F.col(_N) >= config.min_user_items)
-        # both sides hashed by user: the users' table is built in each partition, no shuffle
-        pairs = pairs.join(users.select("user_id").hint("shuffle_hash"), "user_id", "left_semi")
-        if config.k_core:  # the next round reads this round's pairs, not the chain of joins
-            pairs = pairs.persist()
-        items = _per_id(pairs, "item_id").coalesce(parts).persist()
-        kept = _step(users, items)
-        rows = kept["rows"]
-        if rounds == 1:
-            counts["user_filter"] = kept
-        if config.k_core and rounds > 1:
-            previous.unpersist()
-        if not config.k_core or rows in (before, 0):
-            break
-    if config.k_core:
-        counts["k_core"] = {**kept, "rounds": rounds}
-    return pairs, kept
-
-
 def _positive(kind: str, config: FilterConfig) -> Column:
     """Which raw rows are positives under the dataset's rule (``positive_mask``)."""
     if kind == "rating":
@@ -125,13 +67,67 @@ def _positive(kind: str, config: FilterConfig) -> Column:
     return F.lit(True)
 
 
-def preprocess(raw: RawFrame, config: FilterConfig, source: str = "the input"
-               ) -> tuple[DataFrame, dict[str, Any]]:
-    """Positives of ``raw`` after dedup and filtering, and the counts of every step;
-    ``source`` names the files read in errors (``files_read``).
+def _pass(pairs: DataFrame, survey: bool, kept: np.ndarray | None, config: FilterConfig,
+          uri: str | None = None) -> tuple[DataFrame, list[Any]]:
+    """One pass of ``preprocess_tasks.rounds`` over the partitioned positives: its rows,
+    persisted (the caller unpersists them), and those that are not ``ITEM`` rows,
+    collected."""
+    spark = pairs.sparkSession
+    schema = round_schema(arrow_type(pairs, "user_id"), arrow_type(pairs, "item_id"))
+    # unpersisted, not destroyed: a cached pass may be computed again (an evicted block)
+    shared = spark.sparkContext.broadcast(kept) if kept is not None else None
+    try:
+        found = pairs.mapInArrow(partial(
+            rounds, survey=survey, kept=shared, min_user_items=config.min_user_items,
+            schema=schema, uri=uri, part_schema=pa.schema(_fields(pairs)),
+            environment=task_environment(spark)), from_arrow_schema(schema)).persist()
+        return found, found.where(F.col("kind") != ITEM).collect()
+    finally:
+        if shared is not None:
+            shared.unpersist()
 
-    The deduplicated pairs, hashed by user, and the per-id tables stay persisted for the
-    pairs returned (freed with the session)."""
+
+def _items(found: DataFrame) -> DataFrame:
+    """(item_id, n): each item of a pass's pairs and its users in a task."""
+    return found.where(F.col("kind") == ITEM).select("item_id", "n")
+
+
+def _fields(pairs: DataFrame) -> list[tuple[str, pa.DataType]]:
+    return [(column, arrow_type(pairs, column)) for column in _IDS]
+
+
+def _summed(told: list[Any], step: str) -> dict[str, int]:
+    """``{"rows", "users"}`` of ``step`` summed over the tasks' ``COUNTS`` rows."""
+    total = {"rows": 0, "users": 0}
+    for row in told:
+        if row["kind"] == COUNTS:
+            for key, value in json.loads(row["text"])[step].items():
+                total[key] = total.get(key, 0) + value
+    return total
+
+
+def _distinct_items(found: DataFrame) -> int:
+    return _items(found).select("item_id").distinct().count()
+
+
+def _kept_items(found: DataFrame, minimum: int) -> np.ndarray | None:
+    """The ids of the items of a pass with ``minimum`` users or more, sorted (None: no item
+    filter)."""
+    if minimum <= 0:
+        return None
+    kept = _items(found).groupBy("item_id").agg(F.sum("n").alias("n")).where(F.col("n") >= minimum)
+    return np.sort(kept.select("item_id").toArrow().column(0).to_numpy(zero_copy_only=False))
+
+
+def preprocess(raw: RawFrame, config: FilterConfig, source: str, output: Path,
+               remote: str | None = None) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Positives of ``raw`` after dedup and filtering, written as ``interactions.parquet``
+    sorted by (user_id, item_id) at ``output`` (the driver assembling the tasks' parts), or,
+    given ``remote`` (the output's S3 staging prefix), as the tasks' parts
+    ``interactions/part-*.parquet`` there; ``source`` names the files read in errors
+    (``files_read``). Returns the counts of every step and the parts written to
+    ``remote`` (``{name: {"sha256", "bytes", "rows", "row_groups"}}``; empty for a local
+    output)."""
     try:
         positive = _positive(raw.kind, config)
         counts: dict[str, Any] = {**raw.counts, **_raw_counts(raw.rows, positive)}
@@ -139,41 +135,75 @@ def preprocess(raw: RawFrame, config: FilterConfig, source: str = "the input"
             raise VaecfError(f"no positives: no {raw.kind} passes the threshold (--min-rating "
                              f"{config.min_rating:g}, --min-plays {config.min_plays})")
         implicit = raw.rows.where(positive).select(*_IDS)
-        parts = partitions(implicit, counts["implicit"]["rows"])
-        dedup = implicit.repartition(parts, "user_id").distinct().persist()
-        # the items' table in as many partitions as the pairs, not Spark's 200 shuffle
-        # partitions: a cached table keeps them, and every pass reading it pays 200 tasks
-        users = _per_id(dedup, "user_id").persist()
-        items = _per_id(dedup, "item_id").coalesce(parts).persist()
-        counts["dedup"] = _step(users, items)  # the first job to read dedup: it is cached
+        pairs = implicit.repartitionByRange(
+            partitions(implicit, counts["implicit"]["rows"]), "user_id").persist()
+        found, told = _pass(pairs, True, None, config)
     finally:
         raw.cached.unpersist()
-    _check_ids(dedup, users, items, source)
-    users.unpersist()
-    counts["duplicates"] = counts["implicit"]["rows"] - counts["dedup"]["rows"]
-    kept, output = _filter(dedup, items, counts["dedup"]["rows"], parts, config, counts)
-    if output["rows"] == 0:
+    try:
+        return _filtered(pairs, found, told, config, counts, source, output, remote)
+    finally:
+        pairs.unpersist()
+
+
+def _filtered(pairs: DataFrame, found: DataFrame, told: list[Any], config: FilterConfig,
+              counts: dict[str, Any], source: str, output: Path, remote: str | None
+              ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The filters' rounds over the surveyed pairs, the last one writing them."""
+    for row in told:
+        if row["kind"] == LONG_ID:
+            column = "user_id" if row["user_id"] is not None else "item_id"
+            text = str(row[column])
+            raise id_too_long(source, column, text, len(text.encode("utf-8", "surrogatepass")))
+    dedup = _summed(told, "dedup")
+    counts["duplicates"] = counts["implicit"]["rows"] - dedup["rows"]
+    counts["dedup"] = {"rows": dedup["rows"], "users": dedup["users"],
+                       "items": _distinct_items(found)}
+    uri = remote if remote is not None else str(output.parent / f".{output.name}.parts")
+    rounds_done, before, n_items = 0, dedup["rows"], counts["dedup"]["items"]
+    while True:
+        rounds_done += 1
+        kept = _kept_items(found, config.min_item_users)
+        found.unpersist()
+        found, told = _pass(pairs, False, kept, config, None if config.k_core else uri)
+        after = {"rows": 0, "users": 0} | _summed(told, "users")
+        after["items"] = _distinct_items(found)
+        if rounds_done == 1:
+            filtered = _summed(told, "items")
+            counts["item_filter"] = {**filtered, "items": n_items if kept is None else len(kept)}
+            counts["user_filter"] = after
+        if not config.k_core or after["rows"] in (before, 0):
+            break
+        before, n_items = after["rows"], after["items"]
+    if config.k_core:
+        counts["k_core"] = {**after, "rounds": rounds_done}
+        if after["rows"]:
+            found.unpersist()
+            found, told = _pass(pairs, False, kept, config, uri)
+    found.unpersist()
+    if after["rows"] == 0:
         raise VaecfError(
             f"every user was filtered out: none of {counts['dedup']['users']:,} users keeps "
             f"--min-user-items {config.min_user_items} items after dropping items with fewer "
             f"than --min-item-users {config.min_item_users} users; lower the thresholds")
-    counts["output"] = output
-    return kept, counts
-
-
-def write_interactions(path: Path, pairs: DataFrame, remote: str | None = None
-                       ) -> dict[str, dict[str, Any]]:
-    """``interactions.parquet`` sorted by (user_id, item_id): streamed from the sort to
-    ``path`` by the driver, or, given ``remote`` (the output's S3 staging prefix), written
-    by the tasks as parts ``interactions/part-*.parquet`` there (``sorted_parts``), which
-    the returned ``{name: {"sha256", "bytes", "rows"}}`` lists (empty for ``path``)."""
-    import pyarrow as pa
-
-    schema = pa.schema([("user_id", arrow_type(pairs, "user_id")),
-                        ("item_id", arrow_type(pairs, "item_id"))])
+    counts["output"] = dict(after)
+    parts = {entry["name"]: entry for entry in sorted(
+        (json.loads(row["text"]) for row in told if row["kind"] == PART),
+        key=lambda entry: entry["name"])}
     if remote is not None:
-        return sorted_parts(pairs, ["user_id", "item_id"], remote, INTERACTIONS_PARTS,
-                            STREAM_GROUP_ROWS, schema)
-    for _ in save_parquet_batches(path, schema, sorted_batches(pairs, ["user_id", "item_id"])):
+        return counts, parts
+    _assemble(output, Path(uri), parts, pa.schema(_fields(pairs)))
+    return counts, {}
+
+
+def _assemble(path: Path, folder: Path, parts: dict[str, dict[str, Any]],
+              schema: pa.Schema) -> None:
+    """``interactions.parquet`` at ``path`` from the parts in ``folder`` (then removed), in
+    order, read by the bounded reader."""
+    columns = dict.fromkeys(_IDS, IDS)
+    batches = (batch for name, entry in parts.items() for batch in read_parquet(
+        folder / name, columns, group_rows=[rows for _, rows in entry["row_groups"]]
+    ).select(list(columns)).to_batches())
+    for _ in save_parquet_batches(path, schema, batches):
         pass
-    return {}
+    shutil.rmtree(folder, ignore_errors=True)

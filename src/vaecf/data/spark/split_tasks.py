@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from vaecf.data.spark.pieces import PARTS, store_part, with_store
+from vaecf.data.spark.pieces import PARTS, partition_id, store_part, task_batch, with_store
 from vaecf.data.split import place_pairs, without_holdout
 from vaecf.data.split_keys import id_text, text_keys
 from vaecf.data.splits import PAIRS_SCHEMA, SPLITS, STREAM_GROUP_ROWS, matrix_names
@@ -73,13 +73,6 @@ def _before(keys: np.ndarray, ids: np.ndarray, bound: tuple[int, str]) -> np.nda
     return before
 
 
-def _partition() -> int:
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    return context.partitionId() if context is not None else 0
-
-
 def _load(batches: Iterable[pa.RecordBatch]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """The task's pairs: (n,) each pair's user in the distinct users (sorted, as Spark
     orders them: numbers, or text by code point), those users, (n,) the item ids; None for
@@ -99,7 +92,7 @@ def survey(batches: Iterable[pa.RecordBatch], seed: int, bounds: Bounds,
     if loaded is None:
         return
     codes, users, items = loaded
-    partition = _partition()
+    partition = partition_id()
     split, _ = user_splits(seed, users, bounds)
     train = split[codes] == _TRAIN
     train_items = pd.unique(items[train])
@@ -110,19 +103,13 @@ def survey(batches: Iterable[pa.RecordBatch], seed: int, bounds: Bounds,
     unsure = heldout[~sure[codes[heldout]]]
     kept = np.bincount(split[sure], minlength=len(SPLITS))
 
-    def rows(kind: int, count: int, **columns: Any) -> pa.RecordBatch:
-        values = {"kind": np.full(count, kind, np.int8),
-                  "partition": np.full(count, partition, np.int32), **columns}
-        return pa.RecordBatch.from_arrays(
-            [pa.array(values[f.name], f.type) if f.name in values else pa.nulls(count, f.type)
-             for f in schema], schema=schema)
-
-    yield rows(ITEM, len(train_items), item_id=train_items)
-    yield rows(KEPT, len(SPLITS), split=np.arange(len(SPLITS), dtype=np.int8), n=kept)
-    yield rows(TRAIN_PAIRS, 1, n=np.array([int(train.sum())]))
+    yield task_batch(schema, kind=ITEM, partition=partition, item_id=train_items)
+    yield task_batch(schema, kind=KEPT, partition=partition,
+                     split=np.arange(len(SPLITS), dtype=np.int8), n=kept)
+    yield task_batch(schema, kind=TRAIN_PAIRS, partition=partition, n=[int(train.sum())])
     if len(unsure):
-        yield rows(UNSURE, len(unsure), split=split[codes[unsure]], user_id=users[codes[unsure]],
-                   item_id=items[unsure])
+        yield task_batch(schema, kind=UNSURE, partition=partition, split=split[codes[unsure]],
+                         user_id=users[codes[unsure]], item_id=items[unsure])
 
 
 @dataclass(frozen=True)
@@ -149,7 +136,7 @@ def place(batches: Iterable[pa.RecordBatch], seed: int, bounds: Bounds, universe
         return
     with_store(environment)
     codes, users, items = loaded
-    partition = _partition()
+    partition = partition_id()
     known: Universe = universe.value
     split, user_keys = user_splits(seed, users, bounds)
     item_idx = pd.Index(known.ids).get_indexer(items)

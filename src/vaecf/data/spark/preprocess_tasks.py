@@ -1,0 +1,109 @@
+"""What each task of ``vaecf preprocess --engine spark`` computes: a range of users, whole.
+
+The positives are range-partitioned by user id once and kept (``persist``): a task holds
+every positive of its users, and a partition's users follow those of the one before it. A
+task deduplicates its pairs (each user's are all there) and filters them as the pandas
+engine does (``vaecf.data.preprocess``), given the one global fact the driver gathers
+between passes: which items pass the item filter (each item's users, summed over the
+partitions). A round of the filters is a pass (``rounds``); the last one writes the task's
+pairs, sorted by (user_id, item_id), as a Parquet part (``pieces.store_part``).
+
+Why a round needs only the items kept: the users a round keeps are those with at least
+``min_user_items`` of its items (a user dropped before has fewer of a smaller set), so every
+round is computed again from the deduplicated pairs and that set.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from vaecf.data.preprocess import INTERACTIONS_PARTS
+from vaecf.data.spark.pieces import partition_id, store_part, task_batch, with_store
+from vaecf.data.splits import STREAM_GROUP_ROWS
+from vaecf.io.readers import long_id
+
+# a pass's rows: each item of the task's pairs after the filters, with its users (n); the
+# task's counts (JSON in text); the part written (JSON of its entry in text); an id too long
+# (the survey, text ids)
+ITEM, COUNTS, PART, LONG_ID = range(4)
+
+
+def round_schema(user: pa.DataType, item: pa.DataType) -> pa.Schema:
+    return pa.schema([("kind", pa.int8()), ("user_id", user), ("item_id", item),
+                      ("n", pa.int64()), ("text", pa.string())])
+
+
+def _dedup(batches: Iterable[pa.RecordBatch]
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """The task's distinct pairs in (user_id, item_id) order: (n,) user and (n,) item codes
+    into the distinct users and items (sorted, as Spark orders them); the rows before
+    deduplication. None for no rows."""
+    held = [batch for batch in batches if batch.num_rows]
+    if not held:
+        return None
+    table = pa.Table.from_batches(held)
+    user_codes, users = pd.factorize(table.column("user_id").to_numpy(), sort=True)
+    item_codes, items = pd.factorize(table.column("item_id").to_numpy(), sort=True)
+    pairs = user_codes.astype(np.int64) * len(items) + item_codes
+    pairs = np.unique(pairs)
+    return ((pairs // len(items)).astype(np.int32), (pairs % len(items)).astype(np.int32),
+            np.asarray(users), np.asarray(items), table.num_rows)
+
+
+def rounds(batches: Iterable[pa.RecordBatch], survey: bool, kept: Any, min_user_items: int,
+           schema: pa.Schema, uri: str | None, part_schema: pa.Schema,
+           environment: dict[str, str]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``'s function: the task's deduplicated pairs surveyed (``survey``: no
+    filter; an id too long is told), or one round of the filters over them: ``kept``, a
+    broadcast of the items the item filter keeps, or None for no item filter; then the users
+    with ``min_user_items`` of them. Given ``uri``, the pairs kept are written there as the
+    part ``interactions/part-<partition>.parquet`` (``part_schema``).
+
+    Yields ``ITEM`` rows (the items of the pairs kept, with their users), one ``COUNTS``
+    row: ``{"rows", "users"}`` of the deduplicated pairs (``dedup``, with ``"positives"``,
+    the rows before deduplication), after the item filter (``items``) and after both
+    (``users``); and the ``PART`` written."""
+    found = _dedup(batches)
+    if found is None:
+        return
+    user_codes, item_codes, users, items, positives = found
+    counts: dict[str, Any] = {"dedup": {"rows": len(user_codes), "users": len(users),
+                                        "positives": positives}}
+    if survey:
+        for column, ids in (("user_id", users), ("item_id", items)):
+            longest = long_id(ids)
+            if longest is not None:
+                yield task_batch(schema, kind=LONG_ID, **{column: [longest[0]]})
+    else:
+        if kept is not None:
+            keep = pd.Index(kept.value).get_indexer(items)[item_codes] >= 0
+            user_codes, item_codes = user_codes[keep], item_codes[keep]
+        counts["items"] = {"rows": len(user_codes),
+                           "users": int(np.count_nonzero(np.bincount(user_codes)))}
+        per_user = np.bincount(user_codes, minlength=len(users))
+        keep = per_user[user_codes] >= min_user_items
+        user_codes, item_codes = user_codes[keep], item_codes[keep]
+        counts["users"] = {"rows": len(user_codes),
+                           "users": int(np.count_nonzero(per_user >= min_user_items))}
+    per_item = np.bincount(item_codes, minlength=len(items))
+    present = np.flatnonzero(per_item)
+    yield task_batch(schema, kind=ITEM, item_id=items[present], n=per_item[present])
+    yield task_batch(schema, kind=COUNTS, text=[json.dumps(counts)])
+    if uri is not None and len(user_codes):
+        with_store(environment)
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(users[user_codes], part_schema[0].type),
+             pa.array(items[item_codes], part_schema[1].type)], schema=part_schema)
+        name = f"{INTERACTIONS_PARTS}/part-{partition_id():05d}.parquet"
+        written = store_part([batch], uri, name, part_schema, STREAM_GROUP_ROWS)
+        assert written is not None
+        name, digest, size, rows, groups = written
+        yield task_batch(schema, kind=PART, text=[json.dumps(
+            {"name": name, "sha256": digest, "bytes": size, "rows": rows,
+             "row_groups": json.loads(groups)})])
