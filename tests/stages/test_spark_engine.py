@@ -439,21 +439,6 @@ def test_the_cli_starts_its_own_session_on_the_master_it_is_given(tmp_path: Path
     assert read_manifest(tmp_path / "out", "dataset")["engine"] == "spark"
 
 
-def test_spark_keys_are_split_keys(spark) -> None:  # type: ignore[no-untyped-def]
-    """Spark's own ``sha2`` gives ``split_keys``' keys (the driver ranks the users by it):
-    text and integer ids, at the 64-bit edges, where a wrong sign shows."""
-    from vaecf.data.spark.frames import id_key
-
-    texts = ["7", "-3", "héllo", "", "a\x1fb", "0", "x" * 300, "😀"]
-    numbers = [7, -3, 0, 2**63 - 1, -2**63, 1, 10**18]
-    got = [row[0] for row in spark.createDataFrame([(t,) for t in texts], "id string")
-           .select(id_key(11, "id")).collect()]
-    assert got == text_keys(11, texts).tolist()
-    got = [row[0] for row in spark.createDataFrame([(n,) for n in numbers], "id long")
-           .select(id_key(11, "id")).collect()]
-    assert got == text_keys(11, numbers).tolist()
-
-
 @pytest.mark.parametrize("column", ["user", "item"])
 def test_spark_refuses_a_long_id_as_pandas_does(cli, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                 column: str) -> None:

@@ -13,8 +13,7 @@ partitions) assign every user and every pair the same way:
   broken by the id's text.
 
 ``SPLIT_FUNCTION`` names this definition; the split's manifest records it. The Spark
-engine's tasks call these functions on their users; its driver ranks the users by the same
-key in Spark's own ``sha2`` (``vaecf.data.spark.frames.id_key``).
+engine's tasks call these functions on their users (``vaecf.data.spark.split_tasks``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DataFrame helpers of the Spark engine: partition sizes, the parts the tasks wrote, keys."""
+"""DataFrame helpers of the Spark engine: partition sizes, the parts the tasks wrote, types."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import json
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame
 
 # Rows of pairs per partition of a frame partitioned by user. Spark's 200 shuffle partitions
 # cost each task its own hash maps and pages: at 9.9M positives a pass over 200 cached
@@ -28,13 +27,6 @@ def parts_found(rows: list[Any]) -> dict[str, dict[str, Any]]:
     return {row["name"]: {"sha256": row["sha256"], "bytes": int(row["bytes"]),
                           "rows": int(row["rows"]), "row_groups": json.loads(row["row_groups"])}
             for row in sorted(rows, key=lambda row: row["name"])}
-
-
-def id_key(seed: int, column: str) -> Column:
-    """Each id's split key (``split_keys.text_keys``) in Spark's own expressions: the first
-    16 hex digits of ``sha2`` over ``"<seed>\\x1f<id text>"``, read as a signed long."""
-    text = F.concat(F.lit(f"{int(seed)}\x1f"), F.col(column).cast("string"))
-    return F.conv(F.substring(F.sha2(text, 256), 1, 16), 16, -10).cast("long")
 
 
 def arrow_type(frame: DataFrame, column: str) -> pa.DataType:

@@ -309,10 +309,45 @@ def task_batch(schema: pa.Schema, **columns: Any) -> pa.RecordBatch:
     """A batch of ``schema`` from ``columns`` (arrays, or one value repeated over the
     arrays' length); the columns not given are null."""
     count = max((len(v) for v in columns.values() if not np.isscalar(v)), default=1)
-    return pa.RecordBatch.from_arrays(
-        [pa.nulls(count, f.type) if f.name not in columns else
-         pa.array(np.full(count, columns[f.name]) if np.isscalar(columns[f.name])
-                  else columns[f.name], f.type) for f in schema], schema=schema)
+
+    def column(field: pa.Field) -> pa.Array:
+        value = columns.get(field.name)
+        if value is None:
+            return pa.nulls(count, field.type)
+        if isinstance(value, pa.Array):
+            return value.cast(field.type)
+        return pa.array(np.full(count, value) if np.isscalar(value) else value, field.type)
+
+    return pa.RecordBatch.from_arrays([column(f) for f in schema], schema=schema)
+
+
+# Rows of a partition's pairs in one packed value: 4M pairs of two longs (64 MiB), far from
+# a binary value's 2 GiB offsets
+PACKED_ROWS = 1 << 22
+
+
+def packed(table: pa.Table, schema: pa.Schema, **columns: Any) -> Iterator[pa.RecordBatch]:
+    """``table`` as rows of ``schema`` whose ``blob`` column holds it as Arrow IPC streams
+    (``PACKED_ROWS`` rows each; the other ``columns`` as ``task_batch`` takes them): what a
+    persisted frame keeps of a task's pairs, so that a later pass hands them to Python
+    whole, without the JVM converting each row."""
+    for start in range(0, table.num_rows, PACKED_ROWS):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table.slice(start, PACKED_ROWS))
+        data = sink.getvalue()
+        offsets = pa.array([0, data.size], pa.int32()).buffers()[1]
+        yield task_batch(schema, blob=pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data]),
+                         **columns)
+
+
+def unpacked(batches: Iterable[pa.RecordBatch]) -> pa.Table | None:
+    """The table ``packed`` packed in the ``blob`` column of ``batches`` (the rows of one
+    task, in order), or None for none."""
+    tables = [pa.ipc.open_stream(value.as_buffer()).read_all()
+              for batch in batches for value in batch.column("blob")]
+    tables = [table for table in tables if table.num_rows]
+    return pa.concat_tables(tables) if tables else None
 
 
 def store_part(batches: Iterable[pa.RecordBatch], uri: str, part: str, schema: pa.Schema,

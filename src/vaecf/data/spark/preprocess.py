@@ -28,7 +28,15 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from vaecf.data.preprocess import FilterConfig
 from vaecf.data.spark.frames import arrow_type, partitions
-from vaecf.data.spark.preprocess_tasks import COUNTS, ITEM, LONG_ID, PART, round_schema, rounds
+from vaecf.data.spark.preprocess_tasks import (
+    COUNTS,
+    ITEM,
+    LONG_ID,
+    PACKED,
+    PART,
+    round_schema,
+    rounds,
+)
 from vaecf.data.spark.raw import RawFrame, task_environment
 from vaecf.data.splits import save_parquet_batches
 from vaecf.errors import VaecfError
@@ -68,20 +76,20 @@ def _positive(kind: str, config: FilterConfig) -> Column:
 
 
 def _pass(pairs: DataFrame, survey: bool, kept: np.ndarray | None, config: FilterConfig,
-          uri: str | None = None) -> tuple[DataFrame, list[Any]]:
-    """One pass of ``preprocess_tasks.rounds`` over the partitioned positives: its rows,
-    persisted (the caller unpersists them), and those that are not ``ITEM`` rows,
-    collected."""
+          schema: pa.Schema, fields: pa.Schema, uri: str | None = None
+          ) -> tuple[DataFrame, list[Any]]:
+    """One pass of ``preprocess_tasks.rounds`` over ``pairs``, the partitioned positives
+    (``survey``) or what the survey packed: its rows (``schema``), persisted (the caller
+    unpersists them), and those that are counts, parts and refusals, collected."""
     spark = pairs.sparkSession
-    schema = round_schema(arrow_type(pairs, "user_id"), arrow_type(pairs, "item_id"))
     # unpersisted, not destroyed: a cached pass may be computed again (an evicted block)
     shared = spark.sparkContext.broadcast(kept) if kept is not None else None
     try:
         found = pairs.mapInArrow(partial(
             rounds, survey=survey, kept=shared, min_user_items=config.min_user_items,
-            schema=schema, uri=uri, part_schema=pa.schema(_fields(pairs)),
+            schema=schema, uri=uri, part_schema=fields,
             environment=task_environment(spark)), from_arrow_schema(schema)).persist()
-        return found, found.where(F.col("kind") != ITEM).collect()
+        return found, found.where(F.col("kind").isin(COUNTS, PART, LONG_ID)).drop("blob").collect()
     finally:
         if shared is not None:
             shared.unpersist()
@@ -135,21 +143,25 @@ def preprocess(raw: RawFrame, config: FilterConfig, source: str, output: Path,
             raise VaecfError(f"no positives: no {raw.kind} passes the threshold (--min-rating "
                              f"{config.min_rating:g}, --min-plays {config.min_plays})")
         implicit = raw.rows.where(positive).select(*_IDS)
-        pairs = implicit.repartitionByRange(
-            partitions(implicit, counts["implicit"]["rows"]), "user_id").persist()
-        found, told = _pass(pairs, True, None, config)
+        fields = pa.schema(_fields(implicit))
+        schema = round_schema(fields[0].type, fields[1].type)
+        held, told = _pass(implicit.repartitionByRange(
+            partitions(implicit, counts["implicit"]["rows"]), "user_id"), True, None, config,
+            schema, fields)
     finally:
         raw.cached.unpersist()
     try:
-        return _filtered(pairs, found, told, config, counts, source, output, remote)
+        return _filtered(held, told, config, counts, source, output, remote, schema, fields)
     finally:
-        pairs.unpersist()
+        held.unpersist()
 
 
-def _filtered(pairs: DataFrame, found: DataFrame, told: list[Any], config: FilterConfig,
-              counts: dict[str, Any], source: str, output: Path, remote: str | None
-              ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """The filters' rounds over the surveyed pairs, the last one writing them."""
+def _filtered(held: DataFrame, told: list[Any], config: FilterConfig, counts: dict[str, Any],
+              source: str, output: Path, remote: str | None, schema: pa.Schema,
+              fields: pa.Schema) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The filters' rounds over the surveyed pairs ``held`` (the survey's rows), the last
+    one writing them."""
+    pairs, found = held.where(F.col("kind") == PACKED).select("blob"), held
     for row in told:
         if row["kind"] == LONG_ID:
             column = "user_id" if row["user_id"] is not None else "item_id"
@@ -164,8 +176,10 @@ def _filtered(pairs: DataFrame, found: DataFrame, told: list[Any], config: Filte
     while True:
         rounds_done += 1
         kept = _kept_items(found, config.min_item_users)
-        found.unpersist()
-        found, told = _pass(pairs, False, kept, config, None if config.k_core else uri)
+        if found is not held:
+            found.unpersist()
+        found, told = _pass(pairs, False, kept, config, schema, fields,
+                            None if config.k_core else uri)
         after = {"rows": 0, "users": 0} | _summed(told, "users")
         after["items"] = _distinct_items(found)
         if rounds_done == 1:
@@ -179,7 +193,7 @@ def _filtered(pairs: DataFrame, found: DataFrame, told: list[Any], config: Filte
         counts["k_core"] = {**after, "rounds": rounds_done}
         if after["rows"]:
             found.unpersist()
-            found, told = _pass(pairs, False, kept, config, uri)
+            found, told = _pass(pairs, False, kept, config, schema, fields, uri)
     found.unpersist()
     if after["rows"] == 0:
         raise VaecfError(
@@ -192,7 +206,7 @@ def _filtered(pairs: DataFrame, found: DataFrame, told: list[Any], config: Filte
         key=lambda entry: entry["name"])}
     if remote is not None:
         return counts, parts
-    _assemble(output, Path(uri), parts, pa.schema(_fields(pairs)))
+    _assemble(output, Path(uri), parts, fields)
     return counts, {}
 
 

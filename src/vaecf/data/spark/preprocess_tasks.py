@@ -24,43 +24,56 @@ import pandas as pd
 import pyarrow as pa
 
 from vaecf.data.preprocess import INTERACTIONS_PARTS
-from vaecf.data.spark.pieces import partition_id, store_part, task_batch, with_store
+from vaecf.data.spark.pieces import (
+    packed,
+    partition_id,
+    store_part,
+    task_batch,
+    unpacked,
+    with_store,
+)
 from vaecf.data.splits import STREAM_GROUP_ROWS
 from vaecf.io.readers import long_id
 
 # a pass's rows: each item of the task's pairs after the filters, with its users (n); the
 # task's counts (JSON in text); the part written (JSON of its entry in text); an id too long
-# (the survey, text ids)
-ITEM, COUNTS, PART, LONG_ID = range(4)
+# (the survey, text ids); a packed part of the distinct pairs (the survey, in blob)
+ITEM, COUNTS, PART, LONG_ID, PACKED = range(5)
 
 
 def round_schema(user: pa.DataType, item: pa.DataType) -> pa.Schema:
     return pa.schema([("kind", pa.int8()), ("user_id", user), ("item_id", item),
-                      ("n", pa.int64()), ("text", pa.string())])
+                      ("n", pa.int64()), ("text", pa.string()), ("blob", pa.binary())])
 
 
-def _dedup(batches: Iterable[pa.RecordBatch]
+def _pairs(batches: Iterable[pa.RecordBatch], survey: bool
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int] | None:
     """The task's distinct pairs in (user_id, item_id) order: (n,) user and (n,) item codes
     into the distinct users and items (sorted, as Spark orders them); the rows before
-    deduplication. None for no rows."""
-    held = [batch for batch in batches if batch.num_rows]
-    if not held:
+    deduplication. From the partitioned positives (``survey``: deduplicated here), or
+    from what the survey ``packed``. None for no rows."""
+    if survey:
+        held = [batch for batch in batches if batch.num_rows]
+        table = pa.Table.from_batches(held) if held else None
+    else:
+        table = unpacked(batches)
+    if table is None:
         return None
-    table = pa.Table.from_batches(held)
     user_codes, users = pd.factorize(table.column("user_id").to_numpy(), sort=True)
     item_codes, items = pd.factorize(table.column("item_id").to_numpy(), sort=True)
-    pairs = user_codes.astype(np.int64) * len(items) + item_codes
-    pairs = np.unique(pairs)
-    return ((pairs // len(items)).astype(np.int32), (pairs % len(items)).astype(np.int32),
-            np.asarray(users), np.asarray(items), table.num_rows)
+    if survey:
+        pairs = np.unique(user_codes.astype(np.int64) * len(items) + item_codes)
+        user_codes, item_codes = pairs // len(items), pairs % len(items)
+    return (user_codes.astype(np.int32), item_codes.astype(np.int32), np.asarray(users),
+            np.asarray(items), table.num_rows)
 
 
 def rounds(batches: Iterable[pa.RecordBatch], survey: bool, kept: Any, min_user_items: int,
            schema: pa.Schema, uri: str | None, part_schema: pa.Schema,
            environment: dict[str, str]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow``'s function: the task's deduplicated pairs surveyed (``survey``: no
-    filter; an id too long is told), or one round of the filters over them: ``kept``, a
+    """``mapInArrow``'s function: the task's positives deduplicated and surveyed
+    (``survey``: no filter; an id too long is told; the distinct pairs ``packed``, sorted,
+    for the rounds), or one round of the filters over those: ``kept``, a
     broadcast of the items the item filter keeps, or None for no item filter; then the users
     with ``min_user_items`` of them. Given ``uri``, the pairs kept are written there as the
     part ``interactions/part-<partition>.parquet`` (``part_schema``).
@@ -69,7 +82,7 @@ def rounds(batches: Iterable[pa.RecordBatch], survey: bool, kept: Any, min_user_
     row: ``{"rows", "users"}`` of the deduplicated pairs (``dedup``, with ``"positives"``,
     the rows before deduplication), after the item filter (``items``) and after both
     (``users``); and the ``PART`` written."""
-    found = _dedup(batches)
+    found = _pairs(batches, survey)
     if found is None:
         return
     user_codes, item_codes, users, items, positives = found
@@ -91,6 +104,10 @@ def rounds(batches: Iterable[pa.RecordBatch], survey: bool, kept: Any, min_user_
         user_codes, item_codes = user_codes[keep], item_codes[keep]
         counts["users"] = {"rows": len(user_codes),
                            "users": int(np.count_nonzero(per_user >= min_user_items))}
+    if survey:
+        yield from packed(pa.table([pa.array(users[user_codes], part_schema[0].type),
+                                    pa.array(items[item_codes], part_schema[1].type)],
+                                   schema=part_schema), schema, kind=PACKED)
     per_item = np.bincount(item_codes, minlength=len(items))
     present = np.flatnonzero(per_item)
     yield task_batch(schema, kind=ITEM, item_id=items[present], n=per_item[present])

@@ -1,14 +1,16 @@
 """``vaecf split --engine spark``: the split rule of ``vaecf.data.split`` on Spark.
 
-The pairs are range-partitioned by user id once and kept (``persist``); every task then holds
-whole users, in user id order from one partition to the next, and places them with the pandas
+The pairs are range-partitioned by user id once; each task packs its pairs (Arrow IPC, a
+few values per partition) into a persisted frame, with one row per user and its key
+(``split_tasks.pack``). Every later pass hands a task its partition's pairs whole, in user
+id order from one partition to the next, and the task places its users with the pandas
 engine's own code (``split_tasks``). Between the tasks' two passes the driver gathers only
 what no task can know alone, never a pair:
 
-- the users' keys (``frames.id_key``, Spark's own ``sha2``, over the distinct users, not the
-  pairs), of which it keeps two: the first test user and the first training user
-  (``Bounds``), found by counting the users of each key bucket and ordering the users of
-  two buckets; every task classifies its users against them;
+- of the users' keys (``split_keys``' SHA-256, computed once per user by the tasks), two:
+  the first test user and the first training user (``Bounds``), found by counting the users
+  of each key bucket and ordering the users of two buckets; every task classifies its
+  users against them;
 - the item universe (the items of training users, one row per item): it is held by the
   driver and broadcast to the tasks, so its size is the catalogue's, not the input's;
 - how many users of each split each partition keeps (a few numbers per partition), from
@@ -36,18 +38,22 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from vaecf.data.spark.frames import arrow_type, id_key, partitions, parts_found
+from vaecf.data.spark.frames import arrow_type, partitions, parts_found
 from vaecf.data.spark.pieces import PARTS
 from vaecf.data.spark.raw import read_parquet_ids, task_environment
 from vaecf.data.spark.split_tasks import (
     COUNTS,
     ITEM,
     KEPT,
+    PACKED,
     TRAIN_PAIRS,
     UNSURE,
+    USER,
     Bounds,
     Universe,
     item_table,
+    pack,
+    pack_schema,
     place,
     survey,
     survey_schema,
@@ -61,6 +67,7 @@ from vaecf.data.split import (
     write_split_manifest,
 )
 from vaecf.data.split_files import part_entries
+from vaecf.data.split_keys import id_text
 from vaecf.data.splits import (
     PART_FILES,
     ROW_GROUPS,
@@ -89,11 +96,13 @@ def split(read: DataFrame, rows: int, config: SplitConfig, directory: Path,
     pandas engine does and write the split: in ``directory`` (the pandas engine's files),
     or, given ``remote`` (the output's S3 staging prefix), as parts there, ``directory``
     receiving the manifest alone. Returns the manifest."""
-    pairs = read.repartitionByRange(partitions(read, rows), "user_id").persist()
+    schema = pack_schema(arrow_type(read, "user_id"))
+    held = read.repartitionByRange(partitions(read, rows), "user_id").mapInArrow(
+        partial(pack, seed=config.seed, schema=schema), from_arrow_schema(schema)).persist()
     try:
-        return _split(pairs, rows, config, directory, remote, **manifest)
+        return _split(held, read, config, directory, remote, **manifest)
     finally:
-        pairs.unpersist()
+        held.unpersist()
 
 
 # The users' keys are SHA-256 bits, uniform whatever the ids: their top bits cut them into
@@ -101,21 +110,12 @@ def split(read: DataFrame, rows: int, config: SplitConfig, directory: Path,
 _BUCKET_BITS = 16
 
 
-def _bounds(pairs: DataFrame, config: SplitConfig) -> tuple[Bounds, int]:
-    """The users' ``Bounds`` and their number, from the distinct users (in the pairs'
-    partitions, no shuffle of the pairs): the users of each key bucket counted (one row
-    per bucket to the driver), then only the users of the two buckets holding the bounds'
-    ranks fetched and ordered by (key, id text)."""
-    text = F.col("user_id").cast("string")
-    keyed = pairs.select("user_id").distinct().select(
-        id_key(config.seed, "user_id").alias("key"), text.alias("text")).persist()
-    try:
-        return _bounds_of(keyed, config)
-    finally:
-        keyed.unpersist()
-
-
-def _bounds_of(keyed: DataFrame, config: SplitConfig) -> tuple[Bounds, int]:
+def _bounds(held: DataFrame, config: SplitConfig) -> tuple[Bounds, int]:
+    """The users' ``Bounds`` and their number, from the users ``pack`` found (each once: a
+    user's pairs are in one partition): the users of each key bucket counted (one row per
+    bucket to the driver), then only the users of the two buckets holding the bounds' ranks
+    fetched and ordered by (key, id text)."""
+    keyed = held.where(F.col("kind") == USER)
     bucket = F.shiftright("key", 64 - _BUCKET_BITS)  # arithmetic: in key order
     sizes = sorted((int(row[0]), int(row[1]))
                    for row in keyed.groupBy(bucket.alias("bucket")).count().collect())
@@ -126,21 +126,23 @@ def _bounds_of(keyed: DataFrame, config: SplitConfig) -> tuple[Bounds, int]:
     for rank in (n_val, n_val + n_test):
         at = int(np.searchsorted(starts, rank, side="right")) - 1
         wanted.append((sizes[at][0], rank - int(starts[at])))
-    held: dict[int, list[tuple[int, str]]] = {}
+    held_users: dict[int, list[tuple[int, str]]] = {}
     for row in keyed.where(bucket.isin([b for b, _ in wanted])).select(
-            bucket.alias("bucket"), "key", "text").collect():
-        held.setdefault(int(row[0]), []).append((int(row[1]), row[2]))
-    for users in held.values():
+            bucket.alias("bucket"), "key", "user_id").collect():
+        held_users.setdefault(int(row[0]), []).append((int(row[1]), id_text(row[2])))
+    for users in held_users.values():
         users.sort()  # (key, id text): Python orders text by code point, as Spark does
-    test, train = (held[b][position] for b, position in wanted)
+    test, train = (held_users[b][position] for b, position in wanted)
     return Bounds(test=test, train=train), n_users
 
 
-def _split(pairs: DataFrame, n_pairs: int, config: SplitConfig, directory: Path,
+def _split(held: DataFrame, read: DataFrame, config: SplitConfig, directory: Path,
            remote: str | None, **manifest: Any) -> dict[str, Any]:
-    spark = pairs.sparkSession
-    bounds, n_users = _bounds(pairs, config)
-    schema = survey_schema(arrow_type(pairs, "user_id"), arrow_type(pairs, "item_id"))
+    """The split of the pairs ``held`` (``pack``'s rows, persisted), ``read``'s columns."""
+    spark = held.sparkSession
+    bounds, n_users = _bounds(held, config)
+    pairs = held.where(F.col("kind") == PACKED).select("blob")
+    schema = survey_schema(arrow_type(read, "user_id"), arrow_type(read, "item_id"))
     found = pairs.mapInArrow(partial(survey, seed=config.seed, bounds=bounds, schema=schema),
                              from_arrow_schema(schema)).persist()
     try:
@@ -163,7 +165,7 @@ def _split(pairs: DataFrame, n_pairs: int, config: SplitConfig, directory: Path,
     universe = spark.sparkContext.broadcast(Universe(ids, *item_order(config.seed, ids)))
     group_rows = {name: STREAM_GROUP_ROWS for name in [*matrix_names(), "user_index"]}
     group_rows["train"] = row_group_rows(train_pairs)
-    fields = {kind: _index_fields(pairs, kind) for kind in ("user", "item")}
+    fields = {kind: _index_fields(read, kind) for kind in ("user", "item")}
     uri = remote if remote is not None else str(directory / "_parts")
     try:
         items_written = (_item_parts(spark, universe, remote, pa.schema(fields["item"]))

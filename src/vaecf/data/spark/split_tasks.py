@@ -29,7 +29,15 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from vaecf.data.spark.pieces import PARTS, partition_id, store_part, task_batch, with_store
+from vaecf.data.spark.pieces import (
+    PARTS,
+    packed,
+    partition_id,
+    store_part,
+    task_batch,
+    unpacked,
+    with_store,
+)
 from vaecf.data.split import place_pairs, without_holdout
 from vaecf.data.split_keys import id_text, text_keys
 from vaecf.data.splits import PAIRS_SCHEMA, SPLITS, STREAM_GROUP_ROWS, matrix_names
@@ -38,6 +46,8 @@ _TRAIN, _VAL, _TEST = range(len(SPLITS))
 # survey's rows: an item of a training user; the users of a split sure to be kept (n); a
 # pair of a held-out user not yet sure to be kept; the training pairs (n)
 ITEM, KEPT, UNSURE, TRAIN_PAIRS = range(4)
+# pack's rows: a user and its key; a packed part of the task's pairs
+USER, PACKED = range(2)
 COUNTS = "counts"  # place's row of the partition's counts (JSON): no part
 
 
@@ -73,14 +83,32 @@ def _before(keys: np.ndarray, ids: np.ndarray, bound: tuple[int, str]) -> np.nda
     return before
 
 
-def _load(batches: Iterable[pa.RecordBatch]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The task's pairs: (n,) each pair's user in the distinct users (sorted, as Spark
-    orders them: numbers, or text by code point), those users, (n,) the item ids; None for
-    no pairs."""
+def pack_schema(user: pa.DataType) -> pa.Schema:
+    return pa.schema([("kind", pa.int8()), ("user_id", user), ("key", pa.int64()),
+                      ("blob", pa.binary())])
+
+
+def pack(batches: Iterable[pa.RecordBatch], seed: int, schema: pa.Schema
+         ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``'s function over the partitioned pairs: each distinct user with its key
+    (``USER`` rows: the driver finds the bounds among them), and the task's pairs
+    ``packed`` (``PACKED`` rows), which the frame keeps for the two passes."""
     held = [batch for batch in batches if batch.num_rows]
     if not held:
-        return None
+        return
     table = pa.Table.from_batches(held)
+    users = pd.unique(table.column("user_id").to_numpy())
+    yield task_batch(schema, kind=USER, user_id=users, key=text_keys(seed, users))
+    yield from packed(table, schema, kind=PACKED)
+
+
+def _load(batches: Iterable[pa.RecordBatch]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The task's pairs, ``pack``ed: (n,) each pair's user in the distinct users (sorted, as
+    Spark orders them: numbers, or text by code point), those users, (n,) the item ids;
+    None for no pairs."""
+    table = unpacked(batches)
+    if table is None:
+        return None
     codes, users = pd.factorize(table.column("user_id").to_numpy(), sort=True)
     return codes, np.asarray(users), table.column("item_id").to_numpy()
 
