@@ -156,7 +156,9 @@ def _split(held: DataFrame, read: DataFrame, config: SplitConfig, directory: Pat
                     .groupBy("partition", "split").count())
         for row in resolved.collect():
             kept[row[0], row[1]] += row[2]
-        train_pairs = int(found.where(F.col("kind") == TRAIN_PAIRS).agg(F.sum("n")).first()[0])
+        total = found.where(F.col("kind") == TRAIN_PAIRS).agg(F.sum("n")).first()
+        assert total is not None  # an aggregate without grouping has one row
+        train_pairs = int(total[0] or 0)
     finally:
         found.unpersist()
     n_split = dict(zip(SPLITS, kept.sum(axis=0).tolist(), strict=True))

@@ -5,7 +5,9 @@ the users of a partition follow those of the one before it. A task then places i
 the pandas engine places all of them (``vaecf.data.split``: the same keys, the same
 ``place_pairs``), given the few global facts the driver gathered: the two users that start
 the test and the train users in key order (``Bounds``), the item universe, and where each
-split's users of this partition start in ``user_idx``. Two passes over the partitions:
+split's users of this partition start in ``user_idx``. ``pack`` keeps each partition's pairs
+as Arrow IPC values in the persisted frame, with one row per user and its key (the driver
+finds the bounds among those); then two passes over the packed partitions:
 
 - ``survey``: the training users' items (the universe's candidates), the users of each split
   sure to be kept (a held-out user with an item that a training user of the same partition
