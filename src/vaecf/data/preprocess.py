@@ -72,13 +72,18 @@ class Interactions:
     files: tuple[str, ...] = ()
 
 
+def positive_threshold(kind: str, config: FilterConfig) -> float | None:
+    """The least value of a positive under the dataset's rule (``kind``): None where every
+    row is one."""
+    return {"rating": config.min_rating, "plays": float(config.min_plays)}.get(kind)
+
+
 def positive_mask(raw: RawInteractions, config: FilterConfig) -> np.ndarray:
     """(n,) bool: which raw rows are positives under the dataset's rule."""
-    if raw.kind == "rating":
-        return np.asarray(raw.value >= config.min_rating)
-    if raw.kind == "plays":
-        return np.asarray(raw.value >= config.min_plays)
-    return np.ones(len(raw.value), dtype=bool)
+    least = positive_threshold(raw.kind, config)
+    if least is None:
+        return np.ones(len(raw.value), dtype=bool)
+    return np.asarray(raw.value >= least)
 
 
 def _step(user_idx: np.ndarray, item_idx: np.ndarray, n_users: int,

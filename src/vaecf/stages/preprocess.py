@@ -178,7 +178,7 @@ def _spark(dataset: Dataset, source: Path | str, names: list[str], extracted: Pa
             files = share_files(spark, find_data_files(source, names, found.match, extracted,
                                                        found.archives),
                                 remote_scratch(output.parent))
-        raw = read_frame(spark, dataset.reader, files, names, str(source), table)
+        raw = read_frame(spark, dataset.reader, files, names, str(source), filters, table)
         log.info(f"{dataset.name}: parsed {len(files)} file(s) on Spark")
         counts, written = engine.preprocess(raw, filters, files_read(f.label for f in files),
                                             output, remote_staging(output.parent))

@@ -32,6 +32,7 @@ from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from vaecf.data.readers.interactions_table import (
@@ -95,6 +96,8 @@ class Report:
     file: int
     rows: int = 0
     dropped: int = 0
+    positives: int = 0
+    others: int = 0
     flags: int = 0
     reason: str = ""
     problem: list[object] | None = None
@@ -236,11 +239,19 @@ def with_store(environment: dict[str, str]) -> None:
     os.environ.update(environment)
 
 
+# read_pieces' rows: a positive pair; the distinct users, and items, of a block's other rows;
+# a piece's report
+POSITIVE, OTHER_USER, OTHER_ITEM, REPORT = range(4)
+
+
 def read_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
-                forms: list[FileFormat], schema: pa.Schema,
+                forms: list[FileFormat], schema: pa.Schema, least: float | None,
                 environment: dict[str, str]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow``'s function: the rows of the pieces named by ``batches`` (column
-    ``piece``), then each piece's report (a JSON text in ``_report``; null in data rows)."""
+    ``piece``), as ``schema`` (kind, user_id, item_id, _report): each positive (a value of
+    ``least`` or more; every row if None), then each block's other rows as their distinct
+    users and items (``OTHER_USER``, ``OTHER_ITEM``: the raw counts' ids, not the rows), then
+    each piece's report (a JSON text in ``_report``; null in data rows)."""
     with_store(environment)
     for batch in batches:
         for index in batch.column("piece").to_pylist():
@@ -256,12 +267,21 @@ def read_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
                 n = len(rows.value)
                 items = rows.item_id if movie is None else np.full(n, movie, np.int64)
                 assert items is not None
-                yield pa.RecordBatch.from_arrays(
-                    [_ids(rows.user_id), _ids(items), pa.array(rows.value, pa.float64()),
-                     pa.nulls(n, pa.string())], schema=schema)
-            yield pa.RecordBatch.from_arrays(
-                [pa.nulls(1, field.type) for field in list(schema)[:3]]
-                + [pa.array([json.dumps(asdict(report))], pa.string())], schema=schema)
+                users, item_ids = _ids(rows.user_id), _ids(items)
+                if least is None:
+                    keep = None
+                else:
+                    keep = pa.array(np.asarray(rows.value) >= least)
+                    users, others = users.filter(keep), users.filter(pc.invert(keep))
+                    item_ids, other_items = item_ids.filter(keep), item_ids.filter(
+                        pc.invert(keep))
+                report.positives += len(users)
+                report.others += n - len(users)
+                yield task_batch(schema, kind=POSITIVE, user_id=users, item_id=item_ids)
+                if keep is not None and len(others):
+                    yield task_batch(schema, kind=OTHER_USER, user_id=pc.unique(others))
+                    yield task_batch(schema, kind=OTHER_ITEM, item_id=pc.unique(other_items))
+            yield task_batch(schema, kind=REPORT, _report=[json.dumps(asdict(report))])
 
 
 def read_parquet_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],

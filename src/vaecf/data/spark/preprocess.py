@@ -4,12 +4,14 @@ The raw rows come from ``vaecf.data.spark.raw`` (every layout the pandas engine 
 its checks and its lines for bad input). Then the same steps, counted the same way:
 ``raw`` -> ``implicit`` -> ``dedup`` -> ``item_filter`` -> ``user_filter`` (-> ``k_core``).
 
-The raw and implicit counts come from per-user and per-item aggregates of the parse (hash
-aggregates, no sort). The positives are then range-partitioned by user id once and kept, and
-the tasks do the rest on whole users with numpy (``preprocess_tasks``): a survey pass
-(deduplication, each item's users, the id-length check), then a pass per round of the
-filters, the last one writing the task's sorted pairs as a part. Between passes the driver
-gathers only counts and the items the item filter keeps (one row per item, not per pair).
+The tasks that parse apply the implicit rule (``preprocess.positive_threshold``, the pandas
+engine's): the parse keeps the positives and, of the other rows, each block's distinct users
+and items, which the raw counts need, never the rows. The positives and those users are
+range-partitioned by user id once and kept, and the tasks do the rest on whole users with
+numpy (``preprocess_tasks``): a survey pass (deduplication, each item's users, the users of
+every raw row, the id-length check), then a pass per round of the filters, the last one
+writing the task's sorted pairs as a part. Between passes the driver gathers only counts and
+the items the item filter keeps (one row per item, not per pair).
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from vaecf.data.preprocess import FilterConfig
 from vaecf.data.spark.frames import arrow_type, partitions
+from vaecf.data.spark.pieces import OTHER_ITEM
 from vaecf.data.spark.preprocess_tasks import (
     COUNTS,
     ITEM,
@@ -42,37 +45,7 @@ from vaecf.data.splits import save_parquet_batches
 from vaecf.errors import VaecfError
 from vaecf.io.readers import IDS, id_too_long, read_parquet
 
-_N = "_n"
 _IDS = ("user_id", "item_id")
-
-
-def _totals(frame: DataFrame, *columns: Column) -> list[int]:
-    """The aggregates ``columns`` of a (small) per-id table, in one job."""
-    row = frame.agg(*columns).first()
-    assert row is not None  # an aggregate without grouping has one row
-    return [int(value or 0) for value in row]
-
-
-def _raw_counts(rows: DataFrame, positive: Column) -> dict[str, dict[str, int]]:
-    """The ``raw`` and ``implicit`` steps' counts, from per-user and per-item counts of the
-    raw rows and of their positives (two aggregates, one pass each)."""
-    users = rows.groupBy("user_id").agg(F.count(F.lit(1)).alias(_N),
-                                        F.count_if(positive).alias("_p"))
-    items = rows.groupBy("item_id").agg(F.count_if(positive).alias("_p"))
-    n_rows, n_users, positives, positive_users = _totals(
-        users, F.sum(_N), F.count(F.lit(1)), F.sum("_p"), F.count_if(F.col("_p") > 0))
-    n_items, positive_items = _totals(items, F.count(F.lit(1)), F.count_if(F.col("_p") > 0))
-    return {"raw": {"rows": n_rows, "users": n_users, "items": n_items},
-            "implicit": {"rows": positives, "users": positive_users, "items": positive_items}}
-
-
-def _positive(kind: str, config: FilterConfig) -> Column:
-    """Which raw rows are positives under the dataset's rule (``positive_mask``)."""
-    if kind == "rating":
-        return F.col("value") >= config.min_rating
-    if kind == "plays":
-        return F.col("value") >= config.min_plays
-    return F.lit(True)
 
 
 def _pass(pairs: DataFrame, survey: bool, kept: np.ndarray | None, config: FilterConfig,
@@ -137,19 +110,26 @@ def preprocess(raw: RawFrame, config: FilterConfig, source: str, output: Path,
     ``remote`` (``{name: {"sha256", "bytes", "rows", "row_groups"}}``; empty for a local
     output)."""
     try:
-        positive = _positive(raw.kind, config)
-        counts: dict[str, Any] = {**raw.counts, **_raw_counts(raw.rows, positive)}
-        if counts["implicit"]["rows"] == 0:
+        if raw.positives == 0:
             raise VaecfError(f"no positives: no {raw.kind} passes the threshold (--min-rating "
                              f"{config.min_rating:g}, --min-plays {config.min_plays})")
-        implicit = raw.rows.where(positive).select(*_IDS)
-        fields = pa.schema(_fields(implicit))
+        by_user = raw.rows.where(F.col("kind") != OTHER_ITEM).select("kind", *_IDS)
+        fields = pa.schema(_fields(by_user))
         schema = round_schema(fields[0].type, fields[1].type)
-        held, told = _pass(implicit.repartitionByRange(
-            partitions(implicit, counts["implicit"]["rows"]), "user_id"), True, None, config,
-            schema, fields)
+        held, told = _pass(by_user.repartitionByRange(
+            partitions(by_user, raw.positives), "user_id"), True, None, config, schema, fields)
+        others = raw.rows.where(F.col("kind") == OTHER_ITEM).select("item_id")
+        raw_items = _items(held).select("item_id").union(others).distinct().count()
     finally:
         raw.cached.unpersist()
+    dedup = _summed(told, "dedup")
+    n_items = _distinct_items(held)
+    counts: dict[str, Any] = {
+        **raw.counts,
+        "raw": {"rows": raw.read, "users": _summed(told, "raw")["users"], "items": raw_items},
+        "implicit": {"rows": raw.positives, "users": dedup["users"], "items": n_items},
+        "duplicates": raw.positives - dedup["rows"],
+        "dedup": {"rows": dedup["rows"], "users": dedup["users"], "items": n_items}}
     try:
         return _filtered(held, told, config, counts, source, output, remote, schema, fields)
     finally:
@@ -167,12 +147,8 @@ def _filtered(held: DataFrame, told: list[Any], config: FilterConfig, counts: di
             column = "user_id" if row["user_id"] is not None else "item_id"
             text = str(row[column])
             raise id_too_long(source, column, text, len(text.encode("utf-8", "surrogatepass")))
-    dedup = _summed(told, "dedup")
-    counts["duplicates"] = counts["implicit"]["rows"] - dedup["rows"]
-    counts["dedup"] = {"rows": dedup["rows"], "users": dedup["users"],
-                       "items": _distinct_items(found)}
     uri = remote if remote is not None else str(output.parent / f".{output.name}.parts")
-    rounds_done, before, n_items = 0, dedup["rows"], counts["dedup"]["items"]
+    rounds_done, before, n_items = 0, counts["dedup"]["rows"], counts["dedup"]["items"]
     while True:
         rounds_done += 1
         kept = _kept_items(found, config.min_item_users)

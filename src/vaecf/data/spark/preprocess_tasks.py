@@ -22,9 +22,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from vaecf.data.preprocess import INTERACTIONS_PARTS
 from vaecf.data.spark.pieces import (
+    OTHER_USER,
+    POSITIVE,
     packed,
     partition_id,
     store_part,
@@ -47,25 +50,32 @@ def round_schema(user: pa.DataType, item: pa.DataType) -> pa.Schema:
 
 
 def _pairs(batches: Iterable[pa.RecordBatch], survey: bool
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int] | None:
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int] | None:
     """The task's distinct pairs in (user_id, item_id) order: (n,) user and (n,) item codes
-    into the distinct users and items (sorted, as Spark orders them); the rows before
-    deduplication. From the partitioned positives (``survey``: deduplicated here), or
-    from what the survey ``packed``. None for no rows."""
+    into the distinct users and items (sorted, as Spark orders them); the positives before
+    deduplication; the users of every raw row (0 after the survey). From the parse's rows
+    partitioned by user (``survey``: the positives deduplicated here, the other rows' users
+    counted), or from what the survey ``packed``. None for no rows."""
     if survey:
         held = [batch for batch in batches if batch.num_rows]
-        table = pa.Table.from_batches(held) if held else None
+        if not held:
+            return None
+        rows = pa.Table.from_batches(held)
+        table = rows.filter(pc.equal(rows.column("kind"), POSITIVE))
+        others = pc.unique(rows.filter(pc.equal(rows.column("kind"), OTHER_USER))
+                           .column("user_id")).to_numpy(zero_copy_only=False)
     else:
-        table = unpacked(batches)
-    if table is None:
-        return None
+        table, others = unpacked(batches), np.zeros(0)
+        if table is None:
+            return None
     user_codes, users = pd.factorize(table.column("user_id").to_numpy(), sort=True)
     item_codes, items = pd.factorize(table.column("item_id").to_numpy(), sort=True)
-    if survey:
+    if survey and len(items):
         pairs = np.unique(user_codes.astype(np.int64) * len(items) + item_codes)
         user_codes, item_codes = pairs // len(items), pairs % len(items)
+    raw_users = len(users) + int(np.count_nonzero(pd.Index(users).get_indexer(others) < 0))
     return (user_codes.astype(np.int32), item_codes.astype(np.int32), np.asarray(users),
-            np.asarray(items), table.num_rows)
+            np.asarray(items), table.num_rows, raw_users)
 
 
 def rounds(batches: Iterable[pa.RecordBatch], survey: bool, kept: Any, min_user_items: int,
@@ -85,9 +95,9 @@ def rounds(batches: Iterable[pa.RecordBatch], survey: bool, kept: Any, min_user_
     found = _pairs(batches, survey)
     if found is None:
         return
-    user_codes, item_codes, users, items, positives = found
+    user_codes, item_codes, users, items, positives, raw_users = found
     counts: dict[str, Any] = {"dedup": {"rows": len(user_codes), "users": len(users),
-                                        "positives": positives}}
+                                        "positives": positives}, "raw": {"users": raw_users}}
     if survey:
         for column, ids in (("user_id", users), ("item_id", items)):
             longest = long_id(ids)

@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from vaecf.data.preprocess import FilterConfig, positive_threshold
 from vaecf.data.readers import KINDS, TableColumns, check_data_files, text_layout
 from vaecf.data.readers.archive import DataFile
 from vaecf.data.readers.interactions_table import parquet_kinds
@@ -34,6 +35,7 @@ from vaecf.data.readers.table import locate_error
 from vaecf.data.spark.pieces import (
     DIGESTS,
     NO_MOVIE,
+    REPORT,
     STRUCTURE,
     VALUES,
     FileFormat,
@@ -56,24 +58,32 @@ _REPORT = "_report"
 
 @dataclass(frozen=True)
 class RawFrame:
-    """What the pandas engine's ``RawInteractions`` holds, as a DataFrame.
+    """What the pandas engine's ``RawInteractions`` holds, as a DataFrame: the positives
+    (the implicit rule applied by the tasks that parse), and the ids of the other rows.
 
     Attributes:
-      rows: (user_id, item_id, value) of every data row, checked; read from ``cached``.
+      rows: (kind, user_id, item_id) of the parse: each positive (``POSITIVE``), and each
+        block's other rows' distinct users (``OTHER_USER``) and items (``OTHER_ITEM``);
+        read from ``cached``.
       kind: ``rating``, ``plays`` or ``implicit``: the implicit rule.
       counts: the reader's own counts (Last.fm's rows without an artist id).
+      read: the data rows read; ``positives``: those that are positives.
       cached: the persisted parse, to unpersist once ``rows`` is no longer read.
     """
 
     rows: DataFrame
     kind: str
     counts: dict[str, int]
+    read: int
+    positives: int
     cached: DataFrame
 
 
 def read_raw(spark: SparkSession, reader: str, files: list[DataFile], names: list[str],
-             where: str, columns: TableColumns | None = None) -> RawFrame:
-    """The raw rows of a download's data files (sorted by label), read with ``reader``."""
+             where: str, config: FilterConfig, columns: TableColumns | None = None
+             ) -> RawFrame:
+    """The raw rows of a download's data files (sorted by label), read with ``reader``,
+    their positives by ``config``'s rule."""
     check_data_files(reader, [f.label for f in files], names, where)
     forms: list[FileFormat] = []
     groups: list[list[tuple[int, int]]] = []
@@ -93,13 +103,14 @@ def read_raw(spark: SparkSession, reader: str, files: list[DataFile], names: lis
             break
         forms.append(FileFormat(file.label, layout, columns, netflix=reader == "netflix"))
     ids = pa.string() if reader in ("lastfm", "table") else pa.int64()  # text ids stay text
-    arrow = pa.schema([("user_id", ids), ("item_id", ids), ("value", pa.float64()),
+    arrow = pa.schema([("kind", pa.int8()), ("user_id", ids), ("item_id", ids),
                        (_REPORT, pa.string())])
+    kind = columns.kind if reader == "table" and columns is not None else KINDS[reader]
     pieces, split = _pieces(files[:len(forms)], forms, groups,
                             spark.sparkContext.defaultParallelism)
     parsed = _task_frame(spark, _tasks(pieces, split)).mapInArrow(
         partial(read_pieces, pieces=pieces, forms=forms, schema=arrow,
-                environment=task_environment(spark)),
+                least=positive_threshold(kind, config), environment=task_environment(spark)),
         from_arrow_schema(arrow)).persist()
     try:
         found = [Report(**json.loads(row[0])) for row in
@@ -112,8 +123,9 @@ def read_raw(spark: SparkSession, reader: str, files: list[DataFile], names: lis
         raise
     layout = forms[0].layout if forms else None
     dropped = {layout.dropped: left_out} if layout is not None and layout.dropped else {}
-    kind = columns.kind if reader == "table" and columns is not None else KINDS[reader]
-    return RawFrame(parsed.where(F.col(_REPORT).isNull()).drop(_REPORT), kind, dropped, parsed)
+    return RawFrame(parsed.where(F.col("kind") != REPORT).drop(_REPORT), kind, dropped,
+                    sum(r.positives + r.others for r in found),
+                    sum(r.positives for r in found), parsed)
 
 
 def read_parquet_ids(spark: SparkSession, paths: list[Path | str], names: list[str],
