@@ -10,8 +10,8 @@ from pyspark.sql import DataFrame
 
 # Rows of pairs per partition of a frame partitioned by user. Spark's 200 shuffle partitions
 # cost each task its own hash maps and pages: at 9.9M positives a pass over 200 cached
-# partitions took several times the CPU of the same pass over 5 (notes/i38speed.md); a task
-# of the split holds its partition's pairs in memory (``split_tasks``), ~100 bytes each.
+# partitions took several times the CPU of the same pass over 5 (notes/i38speed.md). A task
+# of either stage holds its partition's pairs in memory (``split_tasks``, ``preprocess_tasks``).
 ROWS_PER_PARTITION = 2_000_000
 
 

@@ -156,7 +156,7 @@ def _filtered(held: DataFrame, told: list[Any], config: FilterConfig, counts: di
             found.unpersist()
         found, told = _pass(pairs, False, kept, config, schema, fields,
                             None if config.k_core else uri)
-        after = {"rows": 0, "users": 0} | _summed(told, "users")
+        after: dict[str, int] = _summed(told, "users")
         after["items"] = _distinct_items(found)
         if rounds_done == 1:
             filtered = _summed(told, "items")

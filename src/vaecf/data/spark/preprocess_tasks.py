@@ -53,7 +53,7 @@ def _pairs(batches: Iterable[pa.RecordBatch], survey: bool
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int] | None:
     """The task's distinct pairs in (user_id, item_id) order: (n,) user and (n,) item codes
     into the distinct users and items (sorted, as Spark orders them); the positives before
-    deduplication; the users of every raw row (0 after the survey). From the parse's rows
+    deduplication; the users of every raw row (the survey's; 0 after it). From the parse's rows
     partitioned by user (``survey``: the positives deduplicated here, the other rows' users
     counted), or from what the survey ``packed``. None for no rows."""
     if survey:
@@ -73,7 +73,8 @@ def _pairs(batches: Iterable[pa.RecordBatch], survey: bool
     if survey and len(items):
         pairs = np.unique(user_codes.astype(np.int64) * len(items) + item_codes)
         user_codes, item_codes = pairs // len(items), pairs % len(items)
-    raw_users = len(users) + int(np.count_nonzero(pd.Index(users).get_indexer(others) < 0))
+    raw_users = len(users) + int(np.count_nonzero(pd.Index(users).get_indexer(others) < 0)
+                                 ) if survey else 0
     return (user_codes.astype(np.int32), item_codes.astype(np.int32), np.asarray(users),
             np.asarray(items), table.num_rows, raw_users)
 
@@ -97,8 +98,14 @@ def rounds(batches: Iterable[pa.RecordBatch], survey: bool, kept: Any, min_user_
         return
     user_codes, item_codes, users, items, positives, raw_users = found
     counts: dict[str, Any] = {"dedup": {"rows": len(user_codes), "users": len(users),
-                                        "positives": positives}, "raw": {"users": raw_users}}
+                                        "positives": positives}}
+
+    def kept_pairs() -> pa.Table:
+        return pa.table([pa.array(users[user_codes], part_schema[0].type),
+                         pa.array(items[item_codes], part_schema[1].type)], schema=part_schema)
+
     if survey:
+        counts["raw"] = {"users": raw_users}
         for column, ids in (("user_id", users), ("item_id", items)):
             longest = long_id(ids)
             if longest is not None:
@@ -115,20 +122,16 @@ def rounds(batches: Iterable[pa.RecordBatch], survey: bool, kept: Any, min_user_
         counts["users"] = {"rows": len(user_codes),
                            "users": int(np.count_nonzero(per_user >= min_user_items))}
     if survey:
-        yield from packed(pa.table([pa.array(users[user_codes], part_schema[0].type),
-                                    pa.array(items[item_codes], part_schema[1].type)],
-                                   schema=part_schema), schema, kind=PACKED)
+        yield from packed(kept_pairs(), schema, kind=PACKED)
     per_item = np.bincount(item_codes, minlength=len(items))
     present = np.flatnonzero(per_item)
     yield task_batch(schema, kind=ITEM, item_id=items[present], n=per_item[present])
     yield task_batch(schema, kind=COUNTS, text=[json.dumps(counts)])
     if uri is not None and len(user_codes):
         with_store(environment)
-        batch = pa.RecordBatch.from_arrays(
-            [pa.array(users[user_codes], part_schema[0].type),
-             pa.array(items[item_codes], part_schema[1].type)], schema=part_schema)
         name = f"{INTERACTIONS_PARTS}/part-{partition_id():05d}.parquet"
-        written = store_part([batch], uri, name, part_schema, STREAM_GROUP_ROWS)
+        written = store_part(kept_pairs().to_batches(), uri, name, part_schema,
+                             STREAM_GROUP_ROWS)
         assert written is not None
         name, digest, size, rows, groups = written
         yield task_batch(schema, kind=PART, text=[json.dumps(

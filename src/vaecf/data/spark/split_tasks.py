@@ -196,33 +196,25 @@ def place(batches: Iterable[pa.RecordBatch], seed: int, bounds: Bounds, universe
     ends = np.searchsorted(part[by_part], np.arange(len(matrix_names()) + 1))
     for code, name in enumerate(matrix_names()):
         rows = by_part[ends[code]:ends[code + 1]]
-        batch = _batch(PAIRS_SCHEMA, user_idx[user_local[rows]], item_sorted[rows])
+        batch = task_batch(PAIRS_SCHEMA, user_idx=user_idx[user_local[rows]],
+                           item_idx=item_sorted[rows])
         yield from _written(store_part([batch], uri, f"{name}/part-{partition:05d}.parquet",
                                        PAIRS_SCHEMA, group_rows[name]), partition)
     for code, name in enumerate(SPLITS):
         own = slice(starts[code], starts[code + 1])
-        batch = _batch(index_schema, user_idx[own], users[order[own]],
-                       np.full(own.stop - own.start, name, object))
+        batch = task_batch(index_schema, user_idx=user_idx[own], user_id=users[order[own]],
+                           split=np.full(own.stop - own.start, name, object))
         yield from _written(store_part([batch], uri, f"user_index/part-{partition:05d}-"
                                        f"{code}.parquet", index_schema, group_rows["user_index"]),
                             partition)
-    yield pa.RecordBatch.from_arrays(
-        [pa.array([partition], pa.int32()), pa.array([COUNTS]), pa.nulls(1, pa.string()),
-         pa.array([0], pa.int64()), pa.array([0], pa.int64()), pa.array([json.dumps(counts)])],
-        schema=PARTS)
-
-
-def _batch(schema: pa.Schema, *columns: np.ndarray) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, schema,
-                                                                           strict=True)],
-                                      schema=schema)
+    yield task_batch(PARTS, partition=partition, name=[COUNTS], row_groups=[json.dumps(counts)])
 
 
 def _written(found: tuple[str, str, int, int, str] | None,
              partition: int) -> Iterator[pa.RecordBatch]:
     if found is not None:
-        yield pa.RecordBatch.from_arrays([pa.array([partition], pa.int32()),
-                                          *[pa.array([v]) for v in found]], schema=PARTS)
+        yield task_batch(PARTS, partition=partition,
+                         **{f.name: [v] for f, v in zip(list(PARTS)[1:], found, strict=True)})
 
 
 def item_table(ids: np.ndarray, schema: pa.Schema) -> pa.Table:
