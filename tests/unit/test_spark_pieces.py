@@ -93,3 +93,47 @@ def test_a_task_places_a_user_whose_key_ties_a_bound_by_its_id_text() -> None:
         assert codes.tolist() == [val if before(int(k), str(i), bounds.test) else
                                   test if before(int(k), str(i), bounds.train) else train
                                   for k, i in zip(keys, ids, strict=True)]
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_rows_are_cut_into_ranges_of_whole_users_in_order(text: bool) -> None:
+    """``ranged`` sends each user's rows, whole and in their order, to the range its id falls
+    in (after the previous bound, up to its own: numbers, or text by code point), packed
+    under that range's key; ``gathered`` reads them back."""
+    import pyarrow as pa
+
+    from vaecf.data.spark.pieces import RANGED, packed, ranged, unpacked
+
+    rng = np.random.default_rng(0)
+    users = rng.integers(0, 40, 500)
+    ids = np.array([f"u{u}" for u in users], object) if text else users
+    table = pa.table({"user_id": ids, "item_id": np.arange(500)})
+    bounds = np.array(["u15", "u30", "u30"], object) if text else np.array([10, 25, 25])
+    keys = [101, 202, 303, 404]
+    batches = list(packed(table, pa.schema([("blob", pa.binary())])))
+    found: dict[int, list[pa.Table]] = {}
+    for row in ranged(batches, bounds, keys):
+        assert row.schema == RANGED
+        found.setdefault(row.column("key")[0].as_py(), []).append(unpacked([row]))
+    assert sorted(found) == [101, 202, 404]  # between two equal bounds: no user
+    for j, key in enumerate(keys):
+        if key == 303:
+            continue
+        part = pa.concat_tables(found[key])
+        inside = np.array([(j == 0 or i > bounds[j - 1]) and (j == 3 or i <= bounds[j])
+                           for i in ids])
+        assert part.column("user_id").to_pylist() == list(ids[inside])
+        assert part.column("item_id").to_pylist() == np.flatnonzero(inside).tolist()
+
+
+def test_a_task_refuses_rows_of_another_partition() -> None:
+    """A row whose key is not the task's partition's would split its users: refused."""
+    import pyarrow as pa
+
+    from vaecf.data.spark.pieces import RANGED, gathered, packed
+
+    table = pa.table({"user_id": [1, 1], "item_id": [2, 3]})
+    rows = list(packed(table, RANGED, key=7))
+    assert gathered(rows, [7, 8]).equals(table)  # outside Spark: partition 0
+    with pytest.raises(RuntimeError, match="another range of users"):
+        gathered(rows, [8, 7])

@@ -149,7 +149,7 @@ def preprocess(raw: RawInteractions | Iterable[RawInteractions],
     if len(user_codes) == 0:
         raise VaecfError(f"no positives: no {kind} passes the threshold "
                          f"(--min-rating {config.min_rating:g}, --min-plays {config.min_plays})")
-    pairs = _dedup(user_codes, item_codes, n_items)
+    pairs = distinct_pairs(user_codes, item_codes, n_items)
     counts["duplicates"] = int(len(user_codes) - len(pairs))
     del user_codes, item_codes
     # Codes number ids in sorted order (factorize(sort=True)), so the sorted pairs are in
@@ -230,7 +230,7 @@ class _Others:
         return len(pd.unique(np.concatenate([*self._parts, np.asarray(positive_ids)])))
 
 
-def _dedup(user_codes: np.ndarray, item_codes: np.ndarray, n_items: int) -> np.ndarray:
+def distinct_pairs(user_codes: np.ndarray, item_codes: np.ndarray, n_items: int) -> np.ndarray:
     """(pairs,) int64 ``user_code * n_items + item_code`` of each distinct pair, sorted
     (``np.unique``'s result, sorting one array in place instead of a copy of it)."""
     pairs = user_codes.astype(np.int64, copy=False) * n_items

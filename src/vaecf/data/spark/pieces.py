@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -239,20 +240,23 @@ def with_store(environment: dict[str, str]) -> None:
     os.environ.update(environment)
 
 
-# read_pieces' rows: a positive pair; the distinct users, and items, of a block's other rows;
-# a piece's report
-POSITIVE, OTHER_USER, OTHER_ITEM, REPORT = range(4)
+# A reader's rows: a positive pair, and the distinct users, and items, of a block's other
+# rows (read_pieces' kinds of rows, the first two of which it packs); a piece's report; rows
+# packed (blob); a user id of one of every SAMPLE_STRIDE rows packed
+POSITIVE, OTHER_USER, OTHER_ITEM, REPORT, PACKED, SAMPLE = range(6)
 
 
 def read_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
                 forms: list[FileFormat], schema: pa.Schema, least: float | None,
                 environment: dict[str, str]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow``'s function: the rows of the pieces named by ``batches`` (column
-    ``piece``), as ``schema`` (kind, user_id, item_id, _report): each positive (a value of
-    ``least`` or more; every row if None), then each block's other rows as their distinct
-    users and items (``OTHER_USER``, ``OTHER_ITEM``: the raw counts' ids, not the rows), then
-    each piece's report (a JSON text in ``_report``; null in data rows)."""
+    ``piece``), as ``schema`` (kind, user_id, item_id, _report, blob): each block's positives
+    (a value of ``least`` or more; every row if None) and its other rows' distinct users
+    (``OTHER_USER``), ``packed_users`` as (kind, user_id, item_id), the raw counts' ids of
+    the other rows, not the rows; each block's other rows' distinct items (``OTHER_ITEM``
+    rows); each piece's report (a JSON text in ``_report``; null in the other rows)."""
     with_store(environment)
+    rows_schema = pa.schema(list(schema)[:3])
     for batch in batches:
         for index in batch.column("piece").to_pylist():
             piece = pieces[index]
@@ -277,24 +281,28 @@ def read_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
                         pc.invert(keep))
                 report.positives += len(users)
                 report.others += n - len(users)
-                yield task_batch(schema, kind=POSITIVE, user_id=users, item_id=item_ids)
+                block = [task_batch(rows_schema, kind=POSITIVE, user_id=users, item_id=item_ids)]
                 if keep is not None and len(others):
-                    yield task_batch(schema, kind=OTHER_USER, user_id=pc.unique(others))
+                    block.append(task_batch(rows_schema, kind=OTHER_USER,
+                                            user_id=pc.unique(others)))
                     yield task_batch(schema, kind=OTHER_ITEM, item_id=pc.unique(other_items))
+                yield from packed_users(pa.Table.from_batches(block), schema)
             yield task_batch(schema, kind=REPORT, _report=[json.dumps(asdict(report))])
 
 
 def read_parquet_pieces(batches: Iterable[pa.RecordBatch], pieces: list[Piece],
-                        columns: dict[str, str], where: str, schema: pa.Schema,
-                        environment: dict[str, str]) -> Iterator[pa.RecordBatch]:
+                        columns: dict[str, str], where: str, rows: pa.Schema,
+                        schema: pa.Schema, environment: dict[str, str]
+                        ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow``'s function: the ``columns`` of the row groups named by ``batches``
-    (column ``piece``), read by the bounded Parquet reader, as ``schema``'s types."""
+    (column ``piece``), read by the bounded Parquet reader, ``packed_users`` as ``rows``
+    (``columns``' types) in rows of ``schema``."""
     with_store(environment)
     for batch in batches:
         for index in batch.column("piece").to_pylist():
             piece = pieces[index]
             table = read_parquet(piece.path, columns, where, row_groups=[piece.group])
-            yield from table.select(list(columns)).cast(schema).to_batches()
+            yield from packed_users(table.select(list(columns)).cast(rows), schema)
 
 
 DIGESTS = pa.schema([("name", pa.string()), ("sha256", pa.string()), ("bytes", pa.int64())])
@@ -341,19 +349,27 @@ def task_batch(schema: pa.Schema, **columns: Any) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([column(f) for f in schema], schema=schema)
 
 
-# Rows of a partition's pairs in one packed value: 4M pairs of two longs (64 MiB), far from
-# a binary value's 2 GiB offsets
+# Rows of a partition's pairs in one packed value: 4M pairs of two longs (64 MiB before
+# compression), far from a binary value's 2 GiB offsets
 PACKED_ROWS = 1 << 22
+# Arrow IPC buffers compressed: the JVM copies, caches and shuffles a packed value's bytes,
+# and zstd's level 1 costs Python less than the bytes it saves cost the JVM
+_PACKING = pa.ipc.IpcWriteOptions(compression="zstd")
+# One user id of every SAMPLE_STRIDE rows packed by a reader goes to the driver, which cuts
+# the users into ranges of about equal rows (``ranged``): ~1,000 samples a range of
+# ``frames.ROWS_PER_PARTITION`` rows, as Spark's RangePartitioner takes about 20 per
+# partition, weighted, from each of its input's partitions.
+SAMPLE_STRIDE = 2_000
 
 
 def packed(table: pa.Table, schema: pa.Schema, **columns: Any) -> Iterator[pa.RecordBatch]:
     """``table`` as rows of ``schema`` whose ``blob`` column holds it as Arrow IPC streams
     (``PACKED_ROWS`` rows each; the other ``columns`` as ``task_batch`` takes them): what a
-    persisted frame keeps of a task's pairs, so that a later pass hands them to Python
-    whole, without the JVM converting each row."""
+    persisted frame or a shuffle carries of a task's pairs, so that the next pass hands
+    them to Python whole, without the JVM converting each row."""
     for start in range(0, table.num_rows, PACKED_ROWS):
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
+        with pa.ipc.new_stream(sink, table.schema, options=_PACKING) as writer:
             writer.write_table(table.slice(start, PACKED_ROWS))
         data = sink.getvalue()
         offsets = pa.array([0, data.size], pa.int32()).buffers()[1]
@@ -368,6 +384,73 @@ def unpacked(batches: Iterable[pa.RecordBatch]) -> pa.Table | None:
               for batch in batches for value in batch.column("blob")]
     tables = [table for table in tables if table.num_rows]
     return pa.concat_tables(tables) if tables else None
+
+
+def packed_users(table: pa.Table, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """A reader's rows ``table`` (with a ``user_id`` column) ``packed`` (``PACKED`` rows of
+    ``schema``), and the user id of one of every ``SAMPLE_STRIDE`` of them (``SAMPLE``
+    rows), from which the driver cuts the users into ranges (``frames.by_user``)."""
+    if not table.num_rows:
+        return
+    yield from packed(table, schema, kind=PACKED)
+    sample = table.column("user_id").take(pa.array(range(0, table.num_rows, SAMPLE_STRIDE)))
+    yield task_batch(schema, kind=SAMPLE, user_id=sample)
+
+
+# ranged's rows: the rows of a range of users packed (blob), for the partition that the
+# hash partitioning of ``key`` sends them to
+RANGED = pa.schema([("key", pa.int64()), ("blob", pa.binary())])
+
+
+def ranged(batches: Iterable[pa.RecordBatch], bounds: np.ndarray, keys: list[int]
+           ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow``'s function: the rows ``packed`` in ``batches``, cut into ranges of
+    users: range ``j`` holds the users after ``bounds[j - 1]`` up to ``bounds[j]`` (sorted
+    ids, ``len(keys) - 1`` of them), each range's rows packed with ``keys[j]`` as ``RANGED``
+    rows (``PACKED_ROWS`` rows of the task at a time; the rows of a range keep their
+    order)."""
+    held: list[pa.Table] = []
+    rows = 0
+    for batch in batches:
+        for value in batch.column("blob"):
+            held.append(pa.ipc.open_stream(value.as_buffer()).read_all())
+            rows += held[-1].num_rows
+            if rows >= PACKED_ROWS:
+                yield from _cut(pa.concat_tables(held), bounds, keys)
+                held, rows = [], 0
+    if rows:
+        yield from _cut(pa.concat_tables(held), bounds, keys)
+
+
+def _cut(table: pa.Table, bounds: np.ndarray, keys: list[int]) -> Iterator[pa.RecordBatch]:
+    users = table.column("user_id").to_numpy(zero_copy_only=False)
+    if users.dtype == object:  # text: each distinct id placed once (a comparison in Python)
+        codes, distinct = pd.factorize(users)
+        ranges = np.searchsorted(bounds, distinct, side="left")[codes]
+    else:
+        ranges = np.searchsorted(bounds, users, side="left")
+    if np.any(ranges[1:] < ranges[:-1]):  # else in order already (a file sorted by user)
+        order = np.argsort(ranges, kind="stable")
+        table, ranges = table.take(order), ranges[order]
+    starts = np.searchsorted(ranges, np.arange(len(keys) + 1))
+    for j in np.flatnonzero(np.diff(starts)):
+        yield from packed(table.slice(starts[j], starts[j + 1] - starts[j]), RANGED,
+                          key=keys[j])
+
+
+def gathered(batches: Iterable[pa.RecordBatch], keys: list[int]) -> pa.Table | None:
+    """The rows ``ranged`` sent to this task (its partition's range of users, every row of
+    them), or None for none. Raises if a row's key is not this partition's: the shuffle
+    placed it elsewhere than ``frames.partition_keys`` found (then users would be split)."""
+    held = []
+    key = keys[partition_id()]
+    for batch in batches:
+        if pc.any(pc.not_equal(batch.column("key"), key)).as_py():
+            raise RuntimeError(f"partition {partition_id()} received rows of another range "
+                               "of users: Spark's hash partitioning differs from "
+                               "frames.partition_keys'")
+        held.append(batch)
+    return unpacked(held)
 
 
 def store_part(batches: Iterable[pa.RecordBatch], uri: str, part: str, schema: pa.Schema,

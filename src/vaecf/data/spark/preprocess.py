@@ -7,7 +7,8 @@ its checks and its lines for bad input). Then the same steps, counted the same w
 The tasks that parse apply the implicit rule (``preprocess.positive_threshold``, the pandas
 engine's): the parse keeps the positives and, of the other rows, each block's distinct users
 and items, which the raw counts need, never the rows. The positives and those users are
-range-partitioned by user id once and kept, and the tasks do the rest on whole users with
+moved by range of user ids once (``frames.by_user``: packed, as the parse packed them), and
+the tasks do the rest on whole users with
 numpy (``preprocess_tasks``): a survey pass (deduplication, each item's users, the users of
 every raw row, the id-length check), then a pass per round of the filters, the last one
 writing the task's sorted pairs as a part. Between passes the driver gathers only counts and
@@ -29,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from vaecf.data.preprocess import FilterConfig
-from vaecf.data.spark.frames import arrow_type, partitions
+from vaecf.data.spark.frames import arrow_type, by_user
 from vaecf.data.spark.pieces import OTHER_ITEM
 from vaecf.data.spark.preprocess_tasks import (
     COUNTS,
@@ -48,29 +49,41 @@ from vaecf.io.readers import IDS, id_too_long, read_parquet
 _IDS = ("user_id", "item_id")
 
 
-def _pass(pairs: DataFrame, survey: bool, kept: np.ndarray | None, config: FilterConfig,
-          schema: pa.Schema, fields: pa.Schema, uri: str | None = None
-          ) -> tuple[DataFrame, list[Any]]:
-    """One pass of ``preprocess_tasks.rounds`` over ``pairs``, the partitioned positives
-    (``survey``) or what the survey packed: its rows (``schema``), persisted (the caller
-    unpersists them), and those that are counts, parts and refusals, collected."""
+def _pass(pairs: DataFrame, keys: list[int] | None, kept: np.ndarray | None,
+          config: FilterConfig, schema: pa.Schema, fields: pa.Schema, uri: str | None = None,
+          others: DataFrame | None = None
+          ) -> tuple[DataFrame, list[Any], tuple[np.ndarray, np.ndarray]]:
+    """One pass of ``preprocess_tasks.rounds`` over ``pairs``, the positives moved by user
+    range (the survey, given the partitions' ``keys``) or what the survey packed: its rows
+    (``schema``), persisted (the caller unpersists them); those that are counts, parts and
+    refusals, collected; and ``_item_users`` of its items (and of ``others``)."""
     spark = pairs.sparkSession
     # unpersisted, not destroyed: a cached pass may be computed again (an evicted block)
     shared = spark.sparkContext.broadcast(kept) if kept is not None else None
     try:
         found = pairs.mapInArrow(partial(
-            rounds, survey=survey, kept=shared, min_user_items=config.min_user_items,
+            rounds, keys=keys, kept=shared, min_user_items=config.min_user_items,
             schema=schema, uri=uri, part_schema=fields,
             environment=task_environment(spark)), from_arrow_schema(schema)).persist()
-        return found, found.where(F.col("kind").isin(COUNTS, PART, LONG_ID)).drop("blob").collect()
+        told = found.where(F.col("kind").isin(COUNTS, PART, LONG_ID)).drop("blob").collect()
+        return found, told, _item_users(found, others)
     finally:
         if shared is not None:
             shared.unpersist()
 
 
-def _items(found: DataFrame) -> DataFrame:
-    """(item_id, n): each item of a pass's pairs and its users in a task."""
-    return found.where(F.col("kind") == ITEM).select("item_id", "n")
+def _item_users(found: DataFrame, others: DataFrame | None) -> tuple[np.ndarray, np.ndarray]:
+    """Each item of a pass's pairs (its ``ITEM`` rows: an item's users in a task), and of
+    ``others`` (the parse's ``OTHER_ITEM`` rows, if given), sorted, with its users summed
+    over the tasks (0: an item of ``others`` alone): one aggregation, one row per item to the
+    driver (the catalogue, as the kept items broadcast to the tasks)."""
+    items = found.where(F.col("kind") == ITEM).select("item_id", "n")
+    if others is not None:
+        items = items.unionByName(others.select("item_id", F.lit(0).cast("long").alias("n")))
+    table = items.groupBy("item_id").agg(F.sum("n").alias("n")).toArrow()
+    ids = table.column("item_id").to_numpy(zero_copy_only=False)
+    order = np.argsort(ids, kind="stable")
+    return ids[order], table.column("n").to_numpy()[order]
 
 
 def _fields(pairs: DataFrame) -> list[tuple[str, pa.DataType]]:
@@ -87,17 +100,11 @@ def _summed(told: list[Any], step: str) -> dict[str, int]:
     return total
 
 
-def _distinct_items(found: DataFrame) -> int:
-    return _items(found).select("item_id").distinct().count()
-
-
-def _kept_items(found: DataFrame, minimum: int) -> np.ndarray | None:
-    """The ids of the items of a pass with ``minimum`` users or more, sorted (None: no item
-    filter)."""
-    if minimum <= 0:
-        return None
-    kept = _items(found).groupBy("item_id").agg(F.sum("n").alias("n")).where(F.col("n") >= minimum)
-    return np.sort(kept.select("item_id").toArrow().column(0).to_numpy(zero_copy_only=False))
+def _kept_items(items: tuple[np.ndarray, np.ndarray], minimum: int) -> np.ndarray | None:
+    """The ids of ``_item_users``' items with ``minimum`` users or more, sorted (None: no
+    item filter)."""
+    ids, users = items
+    return ids[users >= minimum] if minimum > 0 else None
 
 
 def preprocess(raw: RawFrame, config: FilterConfig, source: str, output: Path,
@@ -113,17 +120,14 @@ def preprocess(raw: RawFrame, config: FilterConfig, source: str, output: Path,
         if raw.positives == 0:
             raise VaecfError(f"no positives: no {raw.kind} passes the threshold (--min-rating "
                              f"{config.min_rating:g}, --min-plays {config.min_plays})")
-        by_user = raw.rows.where(F.col("kind") != OTHER_ITEM).select("kind", *_IDS)
-        fields = pa.schema(_fields(by_user))
+        fields = pa.schema(_fields(raw.rows))
         schema = round_schema(fields[0].type, fields[1].type)
-        held, told = _pass(by_user.repartitionByRange(
-            partitions(by_user, raw.positives), "user_id"), True, None, config, schema, fields)
-        others = raw.rows.where(F.col("kind") == OTHER_ITEM).select("item_id")
-        raw_items = _items(held).select("item_id").union(others).distinct().count()
+        held, told, items = _pass(*by_user(raw.rows, raw.positives), None, config, schema,
+                                  fields, others=raw.rows.where(F.col("kind") == OTHER_ITEM))
     finally:
         raw.cached.unpersist()
     dedup = _summed(told, "dedup")
-    n_items = _distinct_items(held)
+    raw_items, n_items = len(items[0]), int(np.count_nonzero(items[1]))
     counts: dict[str, Any] = {
         **raw.counts,
         "raw": {"rows": raw.read, "users": _summed(told, "raw")["users"], "items": raw_items},
@@ -131,16 +135,18 @@ def preprocess(raw: RawFrame, config: FilterConfig, source: str, output: Path,
         "duplicates": raw.positives - dedup["rows"],
         "dedup": {"rows": dedup["rows"], "users": dedup["users"], "items": n_items}}
     try:
-        return _filtered(held, told, config, counts, source, output, remote, schema, fields)
+        return _filtered(held, told, items, config, counts, source, output, remote, schema,
+                         fields)
     finally:
         held.unpersist()
 
 
-def _filtered(held: DataFrame, told: list[Any], config: FilterConfig, counts: dict[str, Any],
-              source: str, output: Path, remote: str | None, schema: pa.Schema,
-              fields: pa.Schema) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """The filters' rounds over the surveyed pairs ``held`` (the survey's rows), the last
-    one writing them."""
+def _filtered(held: DataFrame, told: list[Any], items: tuple[np.ndarray, np.ndarray],
+              config: FilterConfig, counts: dict[str, Any], source: str, output: Path,
+              remote: str | None, schema: pa.Schema, fields: pa.Schema
+              ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The filters' rounds over the surveyed pairs ``held`` (the survey's rows; ``items``
+    its ``_item_users``), the last one writing them."""
     pairs, found = held.where(F.col("kind") == PACKED).select("blob"), held
     for row in told:
         if row["kind"] == LONG_ID:
@@ -151,13 +157,13 @@ def _filtered(held: DataFrame, told: list[Any], config: FilterConfig, counts: di
     rounds_done, before, n_items = 0, counts["dedup"]["rows"], counts["dedup"]["items"]
     while True:
         rounds_done += 1
-        kept = _kept_items(found, config.min_item_users)
+        kept = _kept_items(items, config.min_item_users)
         if found is not held:
             found.unpersist()
-        found, told = _pass(pairs, False, kept, config, schema, fields,
-                            None if config.k_core else uri)
+        found, told, items = _pass(pairs, None, kept, config, schema, fields,
+                                   None if config.k_core else uri)
         after: dict[str, int] = _summed(told, "users")
-        after["items"] = _distinct_items(found)
+        after["items"] = len(items[0])
         if rounds_done == 1:
             filtered = _summed(told, "items")
             counts["item_filter"] = {**filtered, "items": n_items if kept is None else len(kept)}
@@ -169,7 +175,7 @@ def _filtered(held: DataFrame, told: list[Any], config: FilterConfig, counts: di
         counts["k_core"] = {**after, "rounds": rounds_done}
         if after["rows"]:
             found.unpersist()
-            found, told = _pass(pairs, False, kept, config, schema, fields, uri)
+            found, told, items = _pass(pairs, None, kept, config, schema, fields, uri)
     found.unpersist()
     if after["rows"] == 0:
         raise VaecfError(

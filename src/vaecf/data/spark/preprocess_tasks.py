@@ -1,7 +1,8 @@
 """What each task of ``vaecf preprocess --engine spark`` computes: a range of users, whole.
 
-The positives are range-partitioned by user id once and kept (``persist``): a task holds
-every positive of its users, and a partition's users follow those of the one before it. A
+The positives are moved by range of user ids once (``frames.by_user``) and kept
+(``persist``): a task holds every positive of its users, and a partition's users follow
+those of the one before it. A
 task deduplicates its pairs (each user's are all there) and filters them as the pandas
 engine does (``vaecf.data.preprocess``), given the one global fact the driver gathers
 between passes: which items pass the item filter (each item's users, summed over the
@@ -24,10 +25,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from vaecf.data.preprocess import INTERACTIONS_PARTS
+from vaecf.data.preprocess import INTERACTIONS_PARTS, distinct_pairs
 from vaecf.data.spark.pieces import (
     OTHER_USER,
     POSITIVE,
+    gathered,
     packed,
     partition_id,
     store_part,
@@ -49,18 +51,19 @@ def round_schema(user: pa.DataType, item: pa.DataType) -> pa.Schema:
                       ("n", pa.int64()), ("text", pa.string()), ("blob", pa.binary())])
 
 
-def _pairs(batches: Iterable[pa.RecordBatch], survey: bool
+def _pairs(batches: Iterable[pa.RecordBatch], keys: list[int] | None
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int] | None:
     """The task's distinct pairs in (user_id, item_id) order: (n,) user and (n,) item codes
-    into the distinct users and items (sorted, as Spark orders them); the positives before
-    deduplication; the users of every raw row (the survey's; 0 after it). From the parse's rows
-    partitioned by user (``survey``: the positives deduplicated here, the other rows' users
-    counted), or from what the survey ``packed``. None for no rows."""
+    into the distinct users and items (sorted: numbers, or text by code point); the
+    positives before deduplication; the users of every raw row (the survey's; 0 after it).
+    From the parse's rows of a range of users (the survey, ``keys`` given: the positives
+    deduplicated here, the other rows' users counted), or from what the survey ``packed``.
+    None for no rows."""
+    survey = keys is not None
     if survey:
-        held = [batch for batch in batches if batch.num_rows]
-        if not held:
+        rows = gathered(batches, keys)
+        if rows is None:
             return None
-        rows = pa.Table.from_batches(held)
         table = rows.filter(pc.equal(rows.column("kind"), POSITIVE))
         others = pc.unique(rows.filter(pc.equal(rows.column("kind"), OTHER_USER))
                            .column("user_id")).to_numpy(zero_copy_only=False)
@@ -71,7 +74,7 @@ def _pairs(batches: Iterable[pa.RecordBatch], survey: bool
     user_codes, users = pd.factorize(table.column("user_id").to_numpy(), sort=True)
     item_codes, items = pd.factorize(table.column("item_id").to_numpy(), sort=True)
     if survey and len(items):
-        pairs = np.unique(user_codes.astype(np.int64) * len(items) + item_codes)
+        pairs = distinct_pairs(user_codes, item_codes, len(items))
         user_codes, item_codes = pairs // len(items), pairs % len(items)
     raw_users = len(users) + int(np.count_nonzero(pd.Index(users).get_indexer(others) < 0)
                                  ) if survey else 0
@@ -79,12 +82,13 @@ def _pairs(batches: Iterable[pa.RecordBatch], survey: bool
             np.asarray(items), table.num_rows, raw_users)
 
 
-def rounds(batches: Iterable[pa.RecordBatch], survey: bool, kept: Any, min_user_items: int,
-           schema: pa.Schema, uri: str | None, part_schema: pa.Schema,
+def rounds(batches: Iterable[pa.RecordBatch], keys: list[int] | None, kept: Any,
+           min_user_items: int, schema: pa.Schema, uri: str | None, part_schema: pa.Schema,
            environment: dict[str, str]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow``'s function: the task's positives deduplicated and surveyed
-    (``survey``: no filter; an id too long is told; the distinct pairs ``packed``, sorted,
-    for the rounds), or one round of the filters over those: ``kept``, a
+    """``mapInArrow``'s function: the task's positives deduplicated and surveyed (given
+    ``keys``, the partitions' of ``frames.by_user``: no filter; an id too long is told; the
+    distinct pairs ``packed``, sorted, for the rounds), or one round of the filters over
+    those: ``kept``, a
     broadcast of the items the item filter keeps, or None for no item filter; then the users
     with ``min_user_items`` of them. Given ``uri``, the pairs kept are written there as the
     part ``interactions/part-<partition>.parquet`` (``part_schema``).
@@ -93,9 +97,10 @@ def rounds(batches: Iterable[pa.RecordBatch], survey: bool, kept: Any, min_user_
     row: ``{"rows", "users"}`` of the deduplicated pairs (``dedup``, with ``"positives"``,
     the rows before deduplication), after the item filter (``items``) and after both
     (``users``); and the ``PART`` written."""
-    found = _pairs(batches, survey)
+    found = _pairs(batches, keys)
     if found is None:
         return
+    survey = keys is not None
     user_codes, item_codes, users, items, positives, raw_users = found
     counts: dict[str, Any] = {"dedup": {"rows": len(user_codes), "users": len(users),
                                         "positives": positives}}

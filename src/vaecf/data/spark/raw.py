@@ -62,9 +62,10 @@ class RawFrame:
     (the implicit rule applied by the tasks that parse), and the ids of the other rows.
 
     Attributes:
-      rows: (kind, user_id, item_id) of the parse: each positive (``POSITIVE``), and each
-        block's other rows' distinct users (``OTHER_USER``) and items (``OTHER_ITEM``);
-        read from ``cached``.
+      rows: (kind, user_id, item_id, blob) of the parse: each block's positives and its
+        other rows' distinct users packed (``pieces.packed_users``: ``PACKED`` and
+        ``SAMPLE`` rows), its other rows' distinct items (``OTHER_ITEM`` rows); read from
+        ``cached``.
       kind: ``rating``, ``plays`` or ``implicit``: the implicit rule.
       counts: the reader's own counts (Last.fm's rows without an artist id).
       read: the data rows read; ``positives``: those that are positives.
@@ -104,7 +105,7 @@ def read_raw(spark: SparkSession, reader: str, files: list[DataFile], names: lis
         forms.append(FileFormat(file.label, layout, columns, netflix=reader == "netflix"))
     ids = pa.string() if reader in ("lastfm", "table") else pa.int64()  # text ids stay text
     arrow = pa.schema([("kind", pa.int8()), ("user_id", ids), ("item_id", ids),
-                       (_REPORT, pa.string())])
+                       (_REPORT, pa.string()), ("blob", pa.binary())])
     kind = columns.kind if reader == "table" and columns is not None else KINDS[reader]
     pieces, split = _pieces(files[:len(forms)], forms, groups,
                             spark.sparkContext.defaultParallelism)
@@ -132,8 +133,10 @@ def read_parquet_ids(spark: SparkSession, paths: list[Path | str], names: list[s
                      where: str | None = None) -> tuple[DataFrame, int]:
     """The id columns ``names`` of Parquet files read one after the other (a file, or the
     parts a cluster's tasks wrote; integers as longs, text as strings), read by the bounded
-    Parquet reader in tasks of row groups, local paths or ``s3://`` objects alike; and their
-    number of rows, from the files' footers (no pass over the rows)."""
+    Parquet reader in tasks of row groups, local paths or ``s3://`` objects alike, packed
+    (``pieces.packed_users``: rows (kind, ``names``, blob), the ids of ``SAMPLE`` rows in
+    ``user_id``, which ``names`` holds); and their number of rows, from the files' footers
+    (no pass over the rows)."""
     columns = dict.fromkeys(names, IDS)
     pieces: list[Piece] = []
     types = None
@@ -146,11 +149,12 @@ def read_parquet_ids(spark: SparkSession, paths: list[Path | str], names: list[s
     assert types is not None, "no Parquet file to read"
     arrow = pa.schema([(name, pa.int64() if pa.types.is_integer(types.field(name).type)
                         else pa.string()) for name in columns])
+    schema = pa.schema([("kind", pa.int8()), *arrow, ("blob", pa.binary())])
     split = _split_size(sum(p.size for p in pieces), spark.sparkContext.defaultParallelism)
     return _task_frame(spark, _tasks(pieces, split)).mapInArrow(
         partial(read_parquet_pieces, pieces=pieces, columns=columns,
-                where=where or str(paths[0]), schema=arrow,
-                environment=task_environment(spark)), from_arrow_schema(arrow)), rows
+                where=where or str(paths[0]), rows=arrow, schema=schema,
+                environment=task_environment(spark)), from_arrow_schema(schema)), rows
 
 
 def check_files(spark: SparkSession, uri: str, manifest: str, files: dict[str, dict]) -> None:

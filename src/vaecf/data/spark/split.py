@@ -1,11 +1,11 @@
 """``vaecf split --engine spark``: the split rule of ``vaecf.data.split`` on Spark.
 
-The pairs are range-partitioned by user id once; each task packs its pairs (Arrow IPC, a
-few values per partition) into a persisted frame, with one row per user and its key
-(``split_tasks.pack``). Every later pass hands a task its partition's pairs whole, in user
-id order from one partition to the next, and the task places its users with the pandas
-engine's own code (``split_tasks``). Between the tasks' two passes the driver gathers only
-what no task can know alone, never a pair:
+The pairs are moved by range of user ids once (``frames.by_user``); each task packs its
+pairs (Arrow IPC, a few values per partition) into a persisted frame, with one row per user
+and its key (``split_tasks.pack``). Every later pass hands a task its partition's pairs
+whole, in user id order from one partition to the next, and the task places its users with
+the pandas engine's own code (``split_tasks``). Between the tasks' two passes the driver
+gathers only what no task can know alone, never a pair:
 
 - of the users' keys (``split_keys``' SHA-256, computed once per user by the tasks), two:
   the first test user and the first training user (``Bounds``), found by counting the users
@@ -38,7 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from vaecf.data.spark.frames import arrow_type, partitions, parts_found
+from vaecf.data.spark.frames import arrow_type, by_user, parts_found
 from vaecf.data.spark.pieces import PARTS
 from vaecf.data.spark.raw import read_parquet_ids, task_environment
 from vaecf.data.spark.split_tasks import (
@@ -97,12 +97,17 @@ def split(read: DataFrame, rows: int, config: SplitConfig, directory: Path,
     or, given ``remote`` (the output's S3 staging prefix), as parts there, ``directory``
     receiving the manifest alone. Returns the manifest."""
     schema = pack_schema(arrow_type(read, "user_id"))
-    held = read.repartitionByRange(partitions(read, rows), "user_id").mapInArrow(
-        partial(pack, seed=config.seed, schema=schema), from_arrow_schema(schema)).persist()
+    read = read.persist()  # read twice: its sample of users, then its pairs moved
     try:
-        return _split(held, read, config, directory, remote, **manifest)
+        moved, keys = by_user(read, rows)
+        held = moved.mapInArrow(partial(pack, seed=config.seed, keys=keys, schema=schema),
+                                from_arrow_schema(schema)).persist()
+        try:
+            return _split(held, read, config, directory, remote, **manifest)
+        finally:
+            held.unpersist()
     finally:
-        held.unpersist()
+        read.unpersist()
 
 
 # The users' keys are SHA-256 bits, uniform whatever the ids: their top bits cut them into

@@ -1,13 +1,14 @@
 """What each task of ``vaecf split --engine spark`` computes: a range of users, whole.
 
-The pairs are range-partitioned by user id once, so a task holds every pair of its users and
-the users of a partition follow those of the one before it. A task then places its users as
-the pandas engine places all of them (``vaecf.data.split``: the same keys, the same
-``place_pairs``), given the few global facts the driver gathered: the two users that start
-the test and the train users in key order (``Bounds``), the item universe, and where each
-split's users of this partition start in ``user_idx``. ``pack`` keeps each partition's pairs
-as Arrow IPC values in the persisted frame, with one row per user and its key (the driver
-finds the bounds among those); then two passes over the packed partitions:
+The pairs are moved by range of user ids once (``frames.by_user``), so a task holds every
+pair of its users and the users of a partition follow those of the one before it. A task
+then places its users as the pandas engine places all of them (``vaecf.data.split``: the
+same keys, the same ``place_pairs``), given the few global facts the driver gathered: the
+two users that start the test and the train users in key order (``Bounds``), the item
+universe, and where each split's users of this partition start in ``user_idx``. ``pack``
+keeps each partition's pairs as Arrow IPC values in the persisted frame, with one row per
+user and its key (the driver finds the bounds among those); then two passes over the packed
+partitions:
 
 - ``survey``: the training users' items (the universe's candidates), the users of each split
   sure to be kept (a held-out user with an item that a training user of the same partition
@@ -33,6 +34,7 @@ import pyarrow as pa
 
 from vaecf.data.spark.pieces import (
     PARTS,
+    gathered,
     packed,
     partition_id,
     store_part,
@@ -90,23 +92,23 @@ def pack_schema(user: pa.DataType) -> pa.Schema:
                       ("blob", pa.binary())])
 
 
-def pack(batches: Iterable[pa.RecordBatch], seed: int, schema: pa.Schema
+def pack(batches: Iterable[pa.RecordBatch], seed: int, keys: list[int], schema: pa.Schema
          ) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow``'s function over the partitioned pairs: each distinct user with its key
-    (``USER`` rows: the driver finds the bounds among them), and the task's pairs
-    ``packed`` (``PACKED`` rows), which the frame keeps for the two passes."""
-    held = [batch for batch in batches if batch.num_rows]
-    if not held:
+    """``mapInArrow``'s function over the pairs moved by user range (``frames.by_user``,
+    whose partitions' ``keys``): each distinct user with its key (``USER`` rows: the driver
+    finds the bounds among them), and the task's pairs ``packed`` (``PACKED`` rows), which
+    the frame keeps for the two passes."""
+    table = gathered(batches, keys)
+    if table is None:
         return
-    table = pa.Table.from_batches(held)
     users = pd.unique(table.column("user_id").to_numpy())
     yield task_batch(schema, kind=USER, user_id=users, key=text_keys(seed, users))
     yield from packed(table, schema, kind=PACKED)
 
 
 def _load(batches: Iterable[pa.RecordBatch]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The task's pairs, ``pack``ed: (n,) each pair's user in the distinct users (sorted, as
-    Spark orders them: numbers, or text by code point), those users, (n,) the item ids;
+    """The task's pairs, ``pack``ed: (n,) each pair's user in the distinct users (sorted:
+    numbers, or text by code point), those users, (n,) the item ids;
     None for no pairs."""
     table = unpacked(batches)
     if table is None:
