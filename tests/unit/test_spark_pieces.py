@@ -137,3 +137,22 @@ def test_a_task_refuses_rows_of_another_partition() -> None:
     assert gathered(rows, [7, 8]).equals(table)  # outside Spark: partition 0
     with pytest.raises(RuntimeError, match="another range of users"):
         gathered(rows, [8, 7])
+
+
+@pytest.mark.parametrize("text", [False, True])
+def test_ids_are_factorized_as_pandas_sorts_them(text: bool) -> None:
+    """``factorized`` is ``pd.factorize(sort=True)``: text by code point (Arrow's byte order
+    of UTF-8), over chunks, whatever the order the values come in."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from vaecf.data.spark.pieces import factorized
+
+    values = (["z", "é", "a", "\U0001f600", "\ufffd", "é", "Z", "a"] if text
+              else [7, -3, 12, 7, 0, 2**40, -3, 5])
+    column = pa.chunked_array([pa.array(values[:3]), pa.array(values[3:])])
+    codes, distinct = factorized(column)
+    expected_codes, expected = pd.factorize(np.array(values, object if text else np.int64),
+                                            sort=True)
+    assert codes.tolist() == expected_codes.tolist()
+    assert list(distinct) == list(expected)

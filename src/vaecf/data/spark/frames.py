@@ -62,6 +62,15 @@ def partition_keys(spark: SparkSession, count: int) -> list[int]:
     return [keys[j] for j in range(count)]
 
 
+def clustered(frame: DataFrame, *columns: str) -> DataFrame:
+    """``frame`` hash-partitioned by ``columns`` into a partition per core, for an aggregation
+    by them (or by more columns) that then needs no other shuffle. The engine's aggregations
+    are small (a row per item or key bucket and partition); under Spark's 200 shuffle
+    partitions each of their map tasks writes 200 blocks, which cost more CPU than the rows
+    (preprocess at 99.1M: 4 CPU-s of the JVM's task threads per aggregation of 1M rows)."""
+    return frame.repartition(frame.sparkSession.sparkContext.defaultParallelism, *columns)
+
+
 def parts_found(rows: list[Any]) -> dict[str, dict[str, Any]]:
     """``{part name: {"sha256", "bytes", "rows", "row_groups"}}`` of the ``PARTS`` rows the
     tasks returned, in name order."""

@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from vaecf.data.preprocess import FilterConfig
-from vaecf.data.spark.frames import arrow_type, by_user
+from vaecf.data.spark.frames import arrow_type, by_user, clustered
 from vaecf.data.spark.pieces import OTHER_ITEM
 from vaecf.data.spark.preprocess_tasks import (
     COUNTS,
@@ -80,7 +80,7 @@ def _item_users(found: DataFrame, others: DataFrame | None) -> tuple[np.ndarray,
     items = found.where(F.col("kind") == ITEM).select("item_id", "n")
     if others is not None:
         items = items.unionByName(others.select("item_id", F.lit(0).cast("long").alias("n")))
-    table = items.groupBy("item_id").agg(F.sum("n").alias("n")).toArrow()
+    table = clustered(items, "item_id").groupBy("item_id").agg(F.sum("n").alias("n")).toArrow()
     ids = table.column("item_id").to_numpy(zero_copy_only=False)
     order = np.argsort(ids, kind="stable")
     return ids[order], table.column("n").to_numpy()[order]

@@ -29,6 +29,7 @@ from vaecf.data.preprocess import INTERACTIONS_PARTS, distinct_pairs
 from vaecf.data.spark.pieces import (
     OTHER_USER,
     POSITIVE,
+    factorized,
     gathered,
     packed,
     partition_id,
@@ -60,7 +61,7 @@ def _pairs(batches: Iterable[pa.RecordBatch], keys: list[int] | None
     deduplicated here, the other rows' users counted), or from what the survey ``packed``.
     None for no rows."""
     survey = keys is not None
-    if survey:
+    if keys is not None:
         rows = gathered(batches, keys)
         if rows is None:
             return None
@@ -71,8 +72,8 @@ def _pairs(batches: Iterable[pa.RecordBatch], keys: list[int] | None
         table, others = unpacked(batches), np.zeros(0)
         if table is None:
             return None
-    user_codes, users = pd.factorize(table.column("user_id").to_numpy(), sort=True)
-    item_codes, items = pd.factorize(table.column("item_id").to_numpy(), sort=True)
+    user_codes, users = factorized(table.column("user_id"))
+    item_codes, items = factorized(table.column("item_id"))
     if survey and len(items):
         pairs = distinct_pairs(user_codes, item_codes, len(items))
         user_codes, item_codes = pairs // len(items), pairs % len(items)
@@ -106,8 +107,9 @@ def rounds(batches: Iterable[pa.RecordBatch], keys: list[int] | None, kept: Any,
                                         "positives": positives}}
 
     def kept_pairs() -> pa.Table:
-        return pa.table([pa.array(users[user_codes], part_schema[0].type),
-                         pa.array(items[item_codes], part_schema[1].type)], schema=part_schema)
+        return pa.table([pa.array(ids, field.type).take(pa.array(codes)) for ids, codes, field
+                         in ((users, user_codes, part_schema[0]),
+                             (items, item_codes, part_schema[1]))], schema=part_schema)
 
     if survey:
         counts["raw"] = {"users": raw_users}

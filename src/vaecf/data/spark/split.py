@@ -38,7 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from vaecf.data.spark.frames import arrow_type, by_user, parts_found
+from vaecf.data.spark.frames import arrow_type, by_user, clustered, parts_found
 from vaecf.data.spark.pieces import PARTS
 from vaecf.data.spark.raw import read_parquet_ids, task_environment
 from vaecf.data.spark.split_tasks import (
@@ -122,8 +122,9 @@ def _bounds(held: DataFrame, config: SplitConfig) -> tuple[Bounds, int]:
     fetched and ordered by (key, id text)."""
     keyed = held.where(F.col("kind") == USER)
     bucket = F.shiftright("key", 64 - _BUCKET_BITS)  # arithmetic: in key order
+    buckets = clustered(keyed.select(bucket.alias("bucket")), "bucket")
     sizes = sorted((int(row[0]), int(row[1]))
-                   for row in keyed.groupBy(bucket.alias("bucket")).count().collect())
+                   for row in buckets.groupBy("bucket").count().collect())
     n_users = sum(n for _, n in sizes)
     n_val, n_test = heldout_counts(n_users, config)
     starts = np.cumsum([0] + [n for _, n in sizes])
@@ -151,14 +152,15 @@ def _split(held: DataFrame, read: DataFrame, config: SplitConfig, directory: Pat
     found = pairs.mapInArrow(partial(survey, seed=config.seed, bounds=bounds, schema=schema),
                              from_arrow_schema(schema)).persist()
     try:
-        items = found.where(F.col("kind") == ITEM).select("item_id").distinct()
+        items = clustered(found.where(F.col("kind") == ITEM).select("item_id"), "item_id"
+                          ).distinct()
         ids = np.sort(items.toArrow().column(0).to_numpy(zero_copy_only=False))
         kept = np.zeros((pairs.rdd.getNumPartitions(), len(SPLITS)), np.int64)
         for row in found.where(F.col("kind") == KEPT).select("partition", "split", "n").collect():
             kept[row[0], row[1]] += row[2]
-        resolved = (found.where(F.col("kind") == UNSURE).join(items, "item_id", "left_semi")
-                    .select("partition", "split", "user_id").distinct()
-                    .groupBy("partition", "split").count())
+        unsure = found.where(F.col("kind") == UNSURE).join(items, "item_id", "left_semi")
+        resolved = (clustered(unsure.select("partition", "split", "user_id"), "partition",
+                              "split").distinct().groupBy("partition", "split").count())
         for row in resolved.collect():
             kept[row[0], row[1]] += row[2]
         total = found.where(F.col("kind") == TRAIN_PAIRS).agg(F.sum("n")).first()

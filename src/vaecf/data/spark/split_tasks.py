@@ -31,9 +31,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from vaecf.data.spark.pieces import (
     PARTS,
+    factorized,
     gathered,
     packed,
     partition_id,
@@ -101,20 +103,20 @@ def pack(batches: Iterable[pa.RecordBatch], seed: int, keys: list[int], schema: 
     table = gathered(batches, keys)
     if table is None:
         return
-    users = pd.unique(table.column("user_id").to_numpy())
+    users = pc.unique(table.column("user_id")).to_numpy(zero_copy_only=False)
     yield task_batch(schema, kind=USER, user_id=users, key=text_keys(seed, users))
     yield from packed(table, schema, kind=PACKED)
 
 
-def _load(batches: Iterable[pa.RecordBatch]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _load(batches: Iterable[pa.RecordBatch]
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """The task's pairs, ``pack``ed: (n,) each pair's user in the distinct users (sorted:
-    numbers, or text by code point), those users, (n,) the item ids;
-    None for no pairs."""
+    numbers, or text by code point), those users, (n,) each pair's item in the distinct
+    items, those items (``pieces.factorized``); None for no pairs."""
     table = unpacked(batches)
     if table is None:
         return None
-    codes, users = pd.factorize(table.column("user_id").to_numpy(), sort=True)
-    return codes, np.asarray(users), table.column("item_id").to_numpy()
+    return (*factorized(table.column("user_id")), *factorized(table.column("item_id")))
 
 
 def survey(batches: Iterable[pa.RecordBatch], seed: int, bounds: Bounds,
@@ -123,13 +125,14 @@ def survey(batches: Iterable[pa.RecordBatch], seed: int, bounds: Bounds,
     loaded = _load(batches)
     if loaded is None:
         return
-    codes, users, items = loaded
+    codes, users, item_codes, items = loaded
     partition = partition_id()
     split, _ = user_splits(seed, users, bounds)
     train = split[codes] == _TRAIN
-    train_items = pd.unique(items[train])
+    in_train = np.bincount(item_codes[train], minlength=len(items)) > 0
+    train_items = items[in_train]
     heldout = np.flatnonzero(~train)
-    shared = pd.Index(train_items).get_indexer(items[heldout]) >= 0
+    shared = in_train[item_codes[heldout]]
     sure = split == _TRAIN
     sure[codes[heldout[shared]]] = True
     unsure = heldout[~sure[codes[heldout]]]
@@ -141,7 +144,7 @@ def survey(batches: Iterable[pa.RecordBatch], seed: int, bounds: Bounds,
     yield task_batch(schema, kind=TRAIN_PAIRS, partition=partition, n=[int(train.sum())])
     if len(unsure):
         yield task_batch(schema, kind=UNSURE, partition=partition, split=split[codes[unsure]],
-                         user_id=users[codes[unsure]], item_id=items[unsure])
+                         user_id=users[codes[unsure]], item_id=items[item_codes[unsure]])
 
 
 @dataclass(frozen=True)
@@ -167,11 +170,11 @@ def place(batches: Iterable[pa.RecordBatch], seed: int, bounds: Bounds, universe
     if loaded is None:
         return
     with_store(environment)
-    codes, users, items = loaded
+    codes, users, item_codes, items = loaded
     partition = partition_id()
     known: Universe = universe.value
     split, user_keys = user_splits(seed, users, bounds)
-    item_idx = pd.Index(known.ids).get_indexer(items)
+    item_idx = pd.Index(known.ids).get_indexer(items)[item_codes]
     inside = item_idx >= 0
     outside = int(len(inside) - inside.sum())
     codes, item_idx = codes[inside], item_idx[inside]
