@@ -8,11 +8,11 @@ The tasks that parse apply the implicit rule (``preprocess.positive_threshold``,
 engine's): the parse keeps the positives and, of the other rows, each block's distinct users
 and items, which the raw counts need, never the rows. The positives and those users are
 moved by range of user ids once (``frames.by_user``: packed, as the parse packed them), and
-the tasks do the rest on whole users with
-numpy (``preprocess_tasks``): a survey pass (deduplication, each item's users, the users of
-every raw row, the id-length check), then a pass per round of the filters, the last one
-writing the task's sorted pairs as a part. Between passes the driver gathers only counts and
-the items the item filter keeps (one row per item, not per pair).
+the tasks do the rest on whole users with numpy (``preprocess_tasks``): a survey pass
+(deduplication, each item's users, the users of every raw row, the id-length check), then a
+pass per round of the filters, the last one writing the task's sorted pairs as a part.
+Between passes the driver gathers only counts and the items the item filter keeps (one row
+per item, not per pair).
 """
 
 from __future__ import annotations
