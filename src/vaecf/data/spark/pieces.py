@@ -352,8 +352,10 @@ def task_batch(schema: pa.Schema, **columns: Any) -> pa.RecordBatch:
 # Rows of a partition's pairs in one packed value: 4M pairs of two longs (64 MiB before
 # compression), far from a binary value's 2 GiB offsets
 PACKED_ROWS = 1 << 22
-# Arrow IPC buffers compressed: the JVM copies, caches and shuffles a packed value's bytes,
-# and zstd's level 1 costs Python less than the bytes it saves cost the JVM
+# Arrow IPC buffers compressed (zstd, level 1): the JVM copies, caches and shuffles a packed
+# value's bytes, fewer of them so. Chosen by a scratch run whose CPU counter missed the
+# Python workers (docs: Results, data stages): the trade against no compression was not
+# measured properly.
 _PACKING = pa.ipc.IpcWriteOptions(compression="zstd")
 # One user id of every SAMPLE_STRIDE rows packed by a reader goes to the driver, which cuts
 # the users into ranges of about equal rows (``ranged``): ~1,000 samples a range of
@@ -380,10 +382,14 @@ def packed(table: pa.Table, schema: pa.Schema, **columns: Any) -> Iterator[pa.Re
 def unpacked(batches: Iterable[pa.RecordBatch]) -> pa.Table | None:
     """The table ``packed`` packed in the ``blob`` column of ``batches`` (the rows of one
     task, in order), or None for none."""
-    tables = [pa.ipc.open_stream(value.as_buffer()).read_all()
-              for batch in batches for value in batch.column("blob")]
-    tables = [table for table in tables if table.num_rows]
+    tables = [table for batch in batches for value in batch.column("blob")
+              if (table := _unpacked_value(value)).num_rows]
     return pa.concat_tables(tables) if tables else None
+
+
+def _unpacked_value(value: pa.BinaryScalar) -> pa.Table:
+    """The table one ``packed`` value holds."""
+    return pa.ipc.open_stream(value.as_buffer()).read_all()
 
 
 def packed_users(table: pa.Table, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -413,7 +419,7 @@ def ranged(batches: Iterable[pa.RecordBatch], bounds: np.ndarray, keys: list[int
     rows = 0
     for batch in batches:
         for value in batch.column("blob"):
-            held.append(pa.ipc.open_stream(value.as_buffer()).read_all())
+            held.append(_unpacked_value(value))
             rows += held[-1].num_rows
             if rows >= PACKED_ROWS:
                 yield from _cut(pa.concat_tables(held), bounds, keys)
@@ -423,6 +429,7 @@ def ranged(batches: Iterable[pa.RecordBatch], bounds: np.ndarray, keys: list[int
 
 
 def _cut(table: pa.Table, bounds: np.ndarray, keys: list[int]) -> Iterator[pa.RecordBatch]:
+    """``table``'s rows, range by range (``ranged``), each range's packed under its key."""
     codes, users = factorized(table.column("user_id"))
     ranges = np.searchsorted(bounds, users, side="left")[codes]
     if np.any(ranges[1:] < ranges[:-1]):  # else in order already (a file sorted by user)

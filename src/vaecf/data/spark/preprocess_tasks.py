@@ -2,12 +2,12 @@
 
 The positives are moved by range of user ids once (``frames.by_user``) and kept
 (``persist``): a task holds every positive of its users, and a partition's users follow
-those of the one before it. A
-task deduplicates its pairs (each user's are all there) and filters them as the pandas
-engine does (``vaecf.data.preprocess``), given the one global fact the driver gathers
-between passes: which items pass the item filter (each item's users, summed over the
-partitions). A round of the filters is a pass (``rounds``); the last one writes the task's
-pairs, sorted by (user_id, item_id), as a Parquet part (``pieces.store_part``).
+those of the one before it. A task deduplicates its pairs (each user's are all there) and
+filters them as the pandas engine does (``vaecf.data.preprocess``), given the one global
+fact the driver gathers between passes: which items pass the item filter (each item's
+users, summed over the partitions). A round of the filters is a pass (``rounds``); the last
+one writes the task's pairs, sorted by (user_id, item_id), as a Parquet part
+(``pieces.store_part``).
 
 Why a round needs only the items kept: the users a round keeps are those with at least
 ``min_user_items`` of its items (a user dropped before has fewer of a smaller set), so every
@@ -77,10 +77,11 @@ def _pairs(batches: Iterable[pa.RecordBatch], keys: list[int] | None
     if survey and len(items):
         pairs = distinct_pairs(user_codes, item_codes, len(items))
         user_codes, item_codes = pairs // len(items), pairs % len(items)
-    raw_users = len(users) + int(np.count_nonzero(pd.Index(users).get_indexer(others) < 0)
-                                 ) if survey else 0
-    return (user_codes.astype(np.int32), item_codes.astype(np.int32), np.asarray(users),
-            np.asarray(items), table.num_rows, raw_users)
+    raw_users = 0
+    if survey:  # the positives' users and the other rows' users that are not among them
+        raw_users = len(users) + int(np.count_nonzero(pd.Index(users).get_indexer(others) < 0))
+    return (user_codes.astype(np.int32), item_codes.astype(np.int32), users, items,
+            table.num_rows, raw_users)
 
 
 def rounds(batches: Iterable[pa.RecordBatch], keys: list[int] | None, kept: Any,
@@ -89,10 +90,10 @@ def rounds(batches: Iterable[pa.RecordBatch], keys: list[int] | None, kept: Any,
     """``mapInArrow``'s function: the task's positives deduplicated and surveyed (given
     ``keys``, the partitions' of ``frames.by_user``: no filter; an id too long is told; the
     distinct pairs ``packed``, sorted, for the rounds), or one round of the filters over
-    those: ``kept``, a
-    broadcast of the items the item filter keeps, or None for no item filter; then the users
-    with ``min_user_items`` of them. Given ``uri``, the pairs kept are written there as the
-    part ``interactions/part-<partition>.parquet`` (``part_schema``).
+    those: ``kept``, a broadcast of the items the item filter keeps, or None for no item
+    filter; then the users with ``min_user_items`` of them. Given ``uri``, the pairs kept
+    are written there as the part ``interactions/part-<partition>.parquet``
+    (``part_schema``).
 
     Yields ``ITEM`` rows (the items of the pairs kept, with their users), one ``COUNTS``
     row: ``{"rows", "users"}`` of the deduplicated pairs (``dedup``, with ``"positives"``,
@@ -117,6 +118,7 @@ def rounds(batches: Iterable[pa.RecordBatch], keys: list[int] | None, kept: Any,
             longest = long_id(ids)
             if longest is not None:
                 yield task_batch(schema, kind=LONG_ID, **{column: [longest[0]]})
+        yield from packed(kept_pairs(), schema, kind=PACKED)
     else:
         if kept is not None:
             keep = pd.Index(kept.value).get_indexer(items)[item_codes] >= 0
@@ -128,8 +130,6 @@ def rounds(batches: Iterable[pa.RecordBatch], keys: list[int] | None, kept: Any,
         user_codes, item_codes = user_codes[keep], item_codes[keep]
         counts["users"] = {"rows": len(user_codes),
                            "users": int(np.count_nonzero(per_user >= min_user_items))}
-    if survey:
-        yield from packed(kept_pairs(), schema, kind=PACKED)
     per_item = np.bincount(item_codes, minlength=len(items))
     present = np.flatnonzero(per_item)
     yield task_batch(schema, kind=ITEM, item_id=items[present], n=per_item[present])
